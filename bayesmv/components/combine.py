@@ -1,0 +1,47 @@
+"""Combiners: from features to decision values ``f`` (one column per binary task)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pymc as pm
+import pytensor.tensor as pt
+
+from bayesmv.components.base import BuildContext, Component
+
+
+class SumCombiner(Component):
+    """One weight vector per task on the (concatenated) features: ``f = Φ βᵀ``.
+
+    Parameters
+    ----------
+    prior_precision : float
+        Precision ``v`` of ``β ~ N(0, v⁻¹ I)`` when it is fixed (the paper's default 1e-2).
+    precision_prior : tuple of float or None
+        ``(a_v, b_v)``: give ``v`` a Gamma(a_v, b_v) hyper-prior instead of fixing it.
+    """
+
+    def __init__(self, prior_precision: float = 1e-2,
+                 precision_prior: tuple[float, float] | None = None) -> None:
+        self.prior_precision = prior_precision
+        self.precision_prior = precision_prior
+
+    def build(self, ctx: BuildContext, Phi: pt.TensorVariable, n_outputs: int
+              ) -> pt.TensorVariable:
+        if self.precision_prior is None:
+            v = self.prior_precision
+        else:
+            a_v, b_v = self.precision_prior
+            v = pm.Gamma("v", alpha=a_v, beta=b_v)
+        beta = pm.Normal("beta", 0.0, v**-0.5, shape=(ctx.n_tasks, n_outputs),
+                         dims=("task", "feature"))
+        return pm.Deterministic("f", Phi @ beta.T, dims=("sample", "task"))
+
+    def initial_values(self, n_tasks: int, n_outputs: int) -> dict[str, np.ndarray]:
+        out = {"beta": np.zeros((n_tasks, n_outputs))}
+        if self.precision_prior is not None:
+            out["v_log__"] = np.array(np.log(self.prior_precision))
+        return out
+
+    @staticmethod
+    def evaluate(draw: dict, Phi: np.ndarray) -> np.ndarray:
+        return Phi @ draw["beta"].T

@@ -1,0 +1,724 @@
+"""Multi-view data layer: validation, labels and per-view standardisation.
+
+Every estimator in :mod:`bayesmv` funnels its inputs through :func:`check_views` and
+:func:`check_labels`, so that the models themselves only ever see a :class:`MultiViewData`
+(float64, C-contiguous views with an explicit ``observed`` mask) and integer class indices.
+
+A view is *missing* for a sample when that sample's whole row in the view is NaN; a row that is
+only partly NaN is an error, because the models have no notion of missing individual features.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+from sklearn.exceptions import NotFittedError
+from sklearn.preprocessing import StandardScaler, label_binarize
+from sklearn.utils.multiclass import type_of_target
+
+__all__ = [
+    "MultiViewData",
+    "ViewLayout",
+    "ViewStandardizer",
+    "check_labels",
+    "check_views",
+    "label_tasks",
+]
+
+# Error messages list offending row indices; beyond this many they would drown the message.
+_MAX_LISTED = 10
+
+
+def _list_indices(indices: np.ndarray) -> str:
+    shown = [int(i) for i in indices[:_MAX_LISTED]]
+    more = len(indices) - len(shown)
+    return f"{shown}" + (f" and {more} more" if more > 0 else "")
+
+
+def _default_names(n_views: int) -> tuple[str, ...]:
+    return tuple(f"view{i}" for i in range(n_views))
+
+
+def _check_names(names: Any, n_views: int, argument: str) -> tuple[str, ...]:
+    if isinstance(names, str) or not isinstance(names, Sequence):
+        raise TypeError(
+            f"{argument}: view_names must be a sequence of strings, got {type(names).__name__}"
+        )
+    names = tuple(names)
+    if len(names) != n_views:
+        raise ValueError(
+            f"{argument}: view_names has {len(names)} names but there are {n_views} views"
+        )
+    if not all(isinstance(name, str) for name in names):
+        raise TypeError(f"{argument}: view_names must all be strings, got {list(names)!r}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"{argument}: view_names must be unique, got {list(names)!r}")
+    return names
+
+
+def _check_sizes(sizes: Any, argument: str, what: str = "view_sizes") -> tuple[int, ...]:
+    if isinstance(sizes, str) or not isinstance(sizes, Sequence | np.ndarray):
+        raise TypeError(
+            f"{argument}: {what} must be a sequence of positive integers, got {sizes!r}"
+        )
+    sizes = tuple(sizes)
+    if len(sizes) == 0:
+        raise ValueError(f"{argument}: {what} is empty; at least one view is needed")
+    bad = [
+        s for s in sizes if isinstance(s, bool | np.bool_) or not isinstance(s, int | np.integer)
+    ]
+    if bad or any(s <= 0 for s in sizes):
+        raise ValueError(f"{argument}: {what} must be positive integers, got {list(sizes)!r}")
+    return tuple(int(s) for s in sizes)
+
+
+@dataclass(frozen=True)
+class ViewLayout:
+    """What a fitted estimator remembers about the views it was trained on.
+
+    Parameters
+    ----------
+    view_sizes : tuple of int
+        Number of features ``D_v`` of each view.
+    view_names : tuple of str
+        Name of each view.
+    """
+
+    view_sizes: tuple[int, ...]
+    view_names: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        sizes = _check_sizes(self.view_sizes, "ViewLayout")
+        object.__setattr__(self, "view_sizes", sizes)
+        object.__setattr__(
+            self, "view_names", _check_names(self.view_names, len(sizes), "ViewLayout")
+        )
+
+    @property
+    def n_views(self) -> int:
+        """Number of views."""
+        return len(self.view_sizes)
+
+    def to_dict(self) -> dict[str, list]:
+        """Return a JSON-serialisable representation.
+
+        Returns
+        -------
+        dict
+            ``{"view_sizes": [...], "view_names": [...]}``.
+        """
+        return {"view_sizes": list(self.view_sizes), "view_names": list(self.view_names)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ViewLayout:
+        """Rebuild a layout from :meth:`to_dict` output.
+
+        Parameters
+        ----------
+        d : mapping
+            Mapping with keys ``"view_sizes"`` and ``"view_names"``.
+
+        Returns
+        -------
+        ViewLayout
+        """
+        missing = {"view_sizes", "view_names"} - set(d)
+        if missing:
+            raise ValueError(f"ViewLayout.from_dict: missing keys {sorted(missing)}")
+        return cls(view_sizes=tuple(d["view_sizes"]), view_names=tuple(d["view_names"]))
+
+
+# eq=False: field-wise == on arrays is ambiguous, so identity comparison is the honest default.
+@dataclass(frozen=True, eq=False)
+class MultiViewData:
+    """Validated multi-view data set; build it with :func:`check_views`.
+
+    Parameters
+    ----------
+    views : tuple of ndarray
+        One float64, C-contiguous array of shape ``(n_samples, D_v)`` per view. A view that is
+        missing for a sample has an all-NaN row.
+    observed : ndarray of bool, shape (n_samples, n_views)
+        True where the view is present for the sample.
+    view_names : tuple of str
+        Name of each view.
+    """
+
+    views: tuple[np.ndarray, ...]
+    observed: np.ndarray
+    view_names: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        # Only structural consistency here; content checks (NaN pattern, finiteness) are
+        # check_views' job so that cheap internal construction stays cheap.
+        views = tuple(self.views)
+        object.__setattr__(self, "views", views)
+        object.__setattr__(
+            self, "view_names", _check_names(self.view_names, len(views), "MultiViewData")
+        )
+        if len(views) == 0:
+            raise ValueError("MultiViewData: needs at least one view")
+        for i, v in enumerate(views):
+            if not isinstance(v, np.ndarray) or v.ndim != 2:
+                raise ValueError(f"MultiViewData: view {i} must be a 2-D numpy array")
+        n = views[0].shape[0]
+        if any(v.shape[0] != n for v in views):
+            raise ValueError(
+                f"MultiViewData: views have different numbers of rows {[v.shape[0] for v in views]}"
+            )
+        observed = np.asarray(self.observed)
+        if observed.dtype != np.bool_ or observed.shape != (n, len(views)):
+            raise ValueError(
+                f"MultiViewData: observed must be a bool array of shape {(n, len(views))}, "
+                f"got {observed.dtype} {observed.shape}"
+            )
+        object.__setattr__(self, "observed", observed)
+
+    def __repr__(self) -> str:
+        return (
+            f"MultiViewData(n_samples={self.n_samples}, view_sizes={self.view_sizes}, "
+            f"view_names={self.view_names}, missing={int((~self.observed).sum())})"
+        )
+
+    @property
+    def n_samples(self) -> int:
+        """Number of samples (rows)."""
+        return self.observed.shape[0]
+
+    @property
+    def n_views(self) -> int:
+        """Number of views."""
+        return len(self.views)
+
+    @property
+    def view_sizes(self) -> tuple[int, ...]:
+        """Number of features of each view."""
+        return tuple(v.shape[1] for v in self.views)
+
+    @property
+    def has_missing(self) -> bool:
+        """Whether any view is missing for any sample."""
+        return not bool(self.observed.all())
+
+    @property
+    def layout(self) -> ViewLayout:
+        """The :class:`ViewLayout` (sizes and names) of these views."""
+        return ViewLayout(self.view_sizes, self.view_names)
+
+    def subset(self, index: slice | Sequence[int] | np.ndarray) -> MultiViewData:
+        """Select rows.
+
+        Parameters
+        ----------
+        index : slice, 1-D int array-like or 1-D bool mask of length n_samples
+            Rows to keep (in the given order for integer indices).
+
+        Returns
+        -------
+        MultiViewData
+            New object; its arrays never share memory with this one.
+        """
+        if not isinstance(index, slice):
+            index = np.asarray(index)
+            if index.ndim != 1:
+                raise ValueError(f"subset: index must be 1-D, got shape {index.shape}")
+            if index.size == 0:
+                index = index.astype(np.intp)
+            if index.dtype == np.bool_:
+                if index.shape[0] != self.n_samples:
+                    raise ValueError(
+                        f"subset: boolean mask has length {index.shape[0]}, "
+                        f"but there are {self.n_samples} samples"
+                    )
+            elif not np.issubdtype(index.dtype, np.integer):
+                raise TypeError(
+                    f"subset: index must be a slice, a boolean mask or integers, got {index.dtype}"
+                )
+        # np.array copies, so a basic slice does not leave the subset aliasing this object.
+        views = tuple(np.array(v[index], dtype=np.float64, order="C") for v in self.views)
+        return MultiViewData(views, np.array(self.observed[index], order="C"), self.view_names)
+
+    def concatenated(self) -> np.ndarray:
+        """Stack the views column-wise.
+
+        Returns
+        -------
+        ndarray of shape (n_samples, sum(view_sizes))
+            NaN where a view is missing.
+        """
+        return np.hstack(self.views)
+
+
+def _view_label(i: int, names: Sequence[str] | None) -> str:
+    return f"view {i} ({names[i]!r})" if names is not None else f"view {i}"
+
+
+def _to_float_view(v: Any, where: str, copy: bool, hint: str = "") -> np.ndarray:
+    """Convert one view to a float64 C-contiguous 2-D array with clear errors.
+
+    Hand-written rather than sklearn's ``check_array`` because its messages cannot name the view,
+    and its finiteness keyword changed name between supported scikit-learn versions.
+    """
+    if sp.issparse(v):
+        raise TypeError(
+            f"{where} is a sparse matrix, which is not supported here; "
+            "densify it first (e.g. with .toarray())"
+        )
+    if isinstance(v, pd.Series):
+        raise ValueError(f"{where} must be 2-D, got a pandas Series of shape {v.shape}")
+    if isinstance(v, pd.DataFrame):
+        bad = [
+            str(c)
+            for c, dt in v.dtypes.items()
+            if not (pd.api.types.is_numeric_dtype(dt) or pd.api.types.is_bool_dtype(dt))
+            or pd.api.types.is_complex_dtype(dt)
+        ]
+        if bad:
+            raise ValueError(f"{where} has non-numeric columns {bad[:_MAX_LISTED]}")
+        # na_value turns pandas' nullable NA into NaN so it goes through missing-row detection.
+        arr = v.to_numpy(dtype=np.float64, na_value=np.nan)
+        return np.array(arr, order="C", copy=True)
+    if isinstance(v, str | bytes | Mapping) or v is None or np.isscalar(v):
+        raise TypeError(f"{where} must be a 2-D array or DataFrame, got {type(v).__name__}")
+    try:
+        arr = np.asarray(v)
+    except ValueError as exc:  # ragged nested lists
+        raise ValueError(f"{where} could not be read as an array: {exc}") from exc
+    if arr.ndim != 2:
+        raise ValueError(f"{where} must be 2-D, got shape {arr.shape}{hint}")
+    kind = arr.dtype.kind
+    if kind == "O":
+        try:
+            arr = arr.astype(np.float64)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{where} has non-numeric values (dtype object): {exc}") from exc
+    elif kind not in "biuf":
+        raise ValueError(f"{where} has non-numeric dtype {arr.dtype}")
+    if copy:
+        return np.array(arr, dtype=np.float64, order="C", copy=True)
+    return np.asarray(arr, dtype=np.float64, order="C")
+
+
+def _split_single(
+    X: Any, view_sizes: Sequence[int] | None, layout: ViewLayout | None, argument: str
+) -> list[Any]:
+    """Split one 2-D array or DataFrame column-wise into views."""
+    if sp.issparse(X):
+        raise TypeError(
+            f"{argument} is a sparse matrix, which is not supported here; "
+            "densify it first (e.g. with .toarray())"
+        )
+    if isinstance(X, pd.Series):
+        raise ValueError(f"{argument} must be 2-D, got a pandas Series of shape {X.shape}")
+    frame = isinstance(X, pd.DataFrame)
+    arr = X if frame else np.asarray(X)
+    if arr.ndim != 2:
+        raise ValueError(f"{argument} must be 2-D (or a list of 2-D views), got shape {arr.shape}")
+    n_cols = arr.shape[1]
+    if view_sizes is not None:
+        sizes = _check_sizes(view_sizes, argument)
+        if sum(sizes) != n_cols:
+            raise ValueError(
+                f"{argument}: view_sizes sum to {sum(sizes)} but {argument} has {n_cols} columns"
+            )
+    elif layout is not None:
+        sizes = layout.view_sizes
+        if sum(sizes) != n_cols:
+            raise ValueError(
+                f"{argument} has {n_cols} columns but the model was fitted on views of sizes "
+                f"{sizes} ({sum(sizes)} columns)"
+            )
+    else:
+        sizes = (n_cols,)
+    bounds = np.cumsum((0, *sizes))
+    if frame:
+        return [arr.iloc[:, a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    return [arr[:, a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+
+
+def check_views(
+    X: Any,
+    view_sizes: Sequence[int] | None = None,
+    *,
+    layout: ViewLayout | None = None,
+    allow_missing: bool = True,
+    argument: str = "X",
+    view_names: Sequence[str] | None = None,
+) -> MultiViewData:
+    """Validate multi-view input and return it as :class:`MultiViewData`.
+
+    Parameters
+    ----------
+    X : list or tuple of array-like / DataFrame, 2-D array-like / DataFrame, or MultiViewData
+        Either one 2-D array per view (rows aligned by position; a DataFrame's index is
+        ignored), or a single 2-D array split column-wise by ``view_sizes`` (or by
+        ``layout.view_sizes``; with neither it is read as a single view), or an existing
+        :class:`MultiViewData`, which is re-validated and returned unchanged when valid.
+        A list or tuple is always read as one entry per view.
+    view_sizes : sequence of int, optional
+        Number of columns of each view when ``X`` is a single array. With a list of views or
+        a MultiViewData it must agree with the views' widths.
+    layout : ViewLayout, optional
+        Layout recorded at fit time; the number of views and each view's width must match.
+        Its names are used when ``view_names`` is not given.
+    allow_missing : bool, default True
+        Whether a view may be missing (whole row NaN) for some samples.
+    argument : str, default "X"
+        Name of the argument, used in error messages.
+    view_names : sequence of str, optional
+        Names of the views; defaults to the layout's names, the MultiViewData's names, or
+        ``"view0", "view1", ...``.
+
+    Returns
+    -------
+    MultiViewData
+        Views copied to float64 C-contiguous arrays; the input is never modified.
+
+    Raises
+    ------
+    TypeError
+        For input of the wrong type (including sparse matrices).
+    ValueError
+        For any other invalid input; the message names the argument and the view.
+    """
+    if view_sizes is not None:
+        view_sizes = _check_sizes(view_sizes, argument)
+
+    source: MultiViewData | None = None
+    if isinstance(X, MultiViewData):
+        source = X
+        raw = list(X.views)
+        if view_names is None:
+            view_names = X.view_names
+    elif isinstance(X, list | tuple):
+        raw = list(X)
+    elif isinstance(X, str | bytes | Mapping) or not (
+        sp.issparse(X)
+        or isinstance(X, np.ndarray | pd.DataFrame | pd.Series)
+        or hasattr(X, "__array__")
+    ):
+        raise TypeError(
+            f"{argument} must be a list of 2-D views, a 2-D array or DataFrame with view_sizes, "
+            f"or a MultiViewData; got {type(X).__name__}"
+        )
+    else:
+        raw = _split_single(X, view_sizes, layout, argument)
+
+    n_views = len(raw)
+    if n_views == 0:
+        raise ValueError(f"{argument} has zero views; at least one view is needed")
+    if layout is not None and n_views != layout.n_views:
+        raise ValueError(
+            f"{argument} has {n_views} views but the model was fitted on {layout.n_views}"
+        )
+    if view_names is None:
+        view_names = layout.view_names if layout is not None else _default_names(n_views)
+    names = _check_names(view_names, n_views, argument)
+
+    # A nested list of numbers meant as one matrix lands here as 1-D "views"; say so.
+    hint = " (a list or tuple is read as one array per view)" if isinstance(X, list | tuple) else ""
+    views: list[np.ndarray] = []
+    for i, v in enumerate(raw):
+        where = f"{argument}: {_view_label(i, names)}"
+        arr = _to_float_view(v, where, copy=source is None, hint=hint)
+        if arr.shape[0] == 0:
+            raise ValueError(f"{where} has zero samples")
+        if arr.shape[1] == 0:
+            raise ValueError(f"{where} has zero features (zero-width view)")
+        if np.isinf(arr).any():
+            raise ValueError(f"{where} contains infinite values")
+        views.append(arr)
+
+    n = views[0].shape[0]
+    for i, arr in enumerate(views[1:], start=1):
+        if arr.shape[0] != n:
+            raise ValueError(
+                f"{argument}: {_view_label(i, names)} has {arr.shape[0]} rows, "
+                f"but {_view_label(0, names)} has {n}"
+            )
+
+    sizes = tuple(arr.shape[1] for arr in views)
+    if view_sizes is not None and tuple(view_sizes) != sizes:
+        raise ValueError(
+            f"{argument}: view_sizes {tuple(view_sizes)} do not match the views' widths {sizes}"
+        )
+    if layout is not None:
+        for i, (got, want) in enumerate(zip(sizes, layout.view_sizes, strict=True)):
+            if got != want:
+                raise ValueError(
+                    f"{argument}: {_view_label(i, names)} has {got} features "
+                    f"but the model was fitted with {want}"
+                )
+
+    observed = np.empty((n, n_views), dtype=bool)
+    for i, arr in enumerate(views):
+        nan = np.isnan(arr)
+        row_all = nan.all(axis=1)
+        partial = np.flatnonzero(nan.any(axis=1) & ~row_all)
+        if partial.size:
+            raise ValueError(
+                f"{argument}: {_view_label(i, names)} has partially missing rows "
+                f"(row indices {_list_indices(partial)}); a view is missing only when its "
+                "whole row is NaN"
+            )
+        if row_all.any() and not allow_missing:
+            raise ValueError(
+                f"{argument}: {_view_label(i, names)} is missing (all-NaN row) for rows "
+                f"{_list_indices(np.flatnonzero(row_all))}, but missing views are not allowed here"
+            )
+        observed[:, i] = ~row_all
+    none_seen = np.flatnonzero(~observed.any(axis=1))
+    if none_seen.size:
+        raise ValueError(f"{argument}: samples {_list_indices(none_seen)} have every view missing")
+
+    if source is not None:
+        if not np.array_equal(source.observed, observed):
+            raise ValueError(
+                f"{argument}: the observed mask does not match the all-NaN rows of the views"
+            )
+        if names == source.view_names and all(
+            a is b for a, b in zip(views, source.views, strict=True)
+        ):
+            return source
+    return MultiViewData(tuple(views), observed, names)
+
+
+def check_labels(y: Any, n_samples: int, *, argument: str = "y") -> tuple[np.ndarray, np.ndarray]:
+    """Validate classification labels and encode them as class indices.
+
+    Parameters
+    ----------
+    y : array-like of shape (n_samples,) or (n_samples, 1)
+        Class labels of any sortable hashable type (ints, strings, bools, ...), as a list,
+        numpy array or pandas Series.
+    n_samples : int
+        Number of samples the labels must match.
+    argument : str, default "y"
+        Name of the argument, used in error messages.
+
+    Returns
+    -------
+    classes_ : ndarray
+        Sorted unique labels (``np.unique`` semantics).
+    y_index : ndarray of int, shape (n_samples,)
+        Index of each sample's label in ``classes_``.
+
+    Raises
+    ------
+    TypeError
+        For sparse or missing (None) input.
+    ValueError
+        For wrong length or shape, missing labels, continuous targets or fewer than 2 classes.
+    """
+    if y is None:
+        raise TypeError(f"{argument}: labels are required, got None")
+    if sp.issparse(y):
+        raise TypeError(f"{argument}: sparse labels are not supported; pass a 1-D array")
+    if isinstance(y, pd.DataFrame | pd.Series):
+        y = y.to_numpy()
+    arr = np.asarray(y)
+    if arr.ndim == 2 and arr.shape[1] == 1:
+        arr = arr.ravel()
+    if arr.ndim != 1:
+        raise ValueError(
+            f"{argument} must be 1-D (one label per sample), got shape {arr.shape}; "
+            "multi-label and multi-output targets are not supported"
+        )
+    if arr.shape[0] != n_samples:
+        raise ValueError(f"{argument} has {arr.shape[0]} labels but X has {n_samples} samples")
+    missing = np.flatnonzero(pd.isna(arr))
+    if missing.size:
+        raise ValueError(
+            f"{argument} contains missing labels (NaN/None) at indices {_list_indices(missing)}"
+        )
+    try:
+        target_type = type_of_target(arr, input_name=argument)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{argument}: labels could not be interpreted: {exc}") from exc
+    if target_type in ("continuous", "continuous-multioutput"):
+        raise ValueError(
+            f"{argument}: labels look continuous (non-integer floats); a classifier needs "
+            "discrete class labels"
+        )
+    if target_type not in ("binary", "multiclass"):
+        raise ValueError(
+            f"{argument}: unsupported label type {target_type!r}; expected binary or multi-class "
+            "labels (mixed label types, e.g. ints and strings, cannot be sorted)"
+        )
+    try:
+        classes, y_index = np.unique(arr, return_inverse=True)
+    except TypeError as exc:  # e.g. objects without an ordering
+        raise ValueError(f"{argument}: labels cannot be sorted: {exc}") from exc
+    if classes.shape[0] < 2:
+        raise ValueError(
+            f"{argument} has only one class ({classes.tolist()[0]!r}); "
+            "a classifier needs at least 2"
+        )
+    return classes, y_index.reshape(-1).astype(np.intp)
+
+
+def label_tasks(y_index: np.ndarray, n_classes: int) -> np.ndarray:
+    """Turn class indices into ±1 targets, one column per binary task.
+
+    Parameters
+    ----------
+    y_index : ndarray of int, shape (n_samples,)
+        Class indices in ``[0, n_classes)``, as returned by :func:`check_labels`.
+    n_classes : int
+        Number of classes (at least 2).
+
+    Returns
+    -------
+    ndarray of float, shape (n_samples, T)
+        For two classes ``T = 1`` and +1 means ``classes_[1]`` (scikit-learn's convention);
+        otherwise ``T = n_classes`` one-vs-rest columns, +1 in column k for class k.
+    """
+    if isinstance(n_classes, bool) or not isinstance(n_classes, int | np.integer) or n_classes < 2:
+        raise ValueError(f"label_tasks: n_classes must be an integer >= 2, got {n_classes!r}")
+    y_index = np.asarray(y_index)
+    if y_index.ndim != 1:
+        raise ValueError(f"label_tasks: y_index must be 1-D, got shape {y_index.shape}")
+    if y_index.size and (
+        not np.issubdtype(y_index.dtype, np.integer)
+        or y_index.min() < 0
+        or y_index.max() >= n_classes
+    ):
+        raise ValueError(f"label_tasks: y_index must hold integers in [0, {n_classes})")
+    tasks = label_binarize(y_index, classes=np.arange(n_classes), neg_label=-1, pos_label=1)
+    return np.ascontiguousarray(tasks, dtype=np.float64)
+
+
+class ViewStandardizer:
+    """Standardise each view to zero mean and unit variance using its observed rows only.
+
+    Missing (all-NaN) rows are ignored when fitting and stay NaN after transforming.
+    Constant columns get scale 1, as in :class:`sklearn.preprocessing.StandardScaler`.
+
+    Attributes
+    ----------
+    mean_ : tuple of ndarray
+        Per-view column means.
+    scale_ : tuple of ndarray
+        Per-view column standard deviations (1 for constant columns).
+    layout_ : ViewLayout
+        Layout of the views seen in :meth:`fit`.
+    """
+
+    def fit(self, data: MultiViewData) -> ViewStandardizer:
+        """Learn per-view means and scales.
+
+        Parameters
+        ----------
+        data : MultiViewData
+            Training views (anything :func:`check_views` accepts also works).
+
+        Returns
+        -------
+        ViewStandardizer
+            ``self``.
+        """
+        data = check_views(data, argument="data")
+        means, scales = [], []
+        for i, (view, name) in enumerate(zip(data.views, data.view_names, strict=True)):
+            rows = data.observed[:, i]
+            if not rows.any():
+                raise ValueError(f"data: view {i} ({name!r}) has no observed rows to fit on")
+            scaler = StandardScaler().fit(view[rows])
+            means.append(np.asarray(scaler.mean_, dtype=np.float64))
+            scales.append(np.asarray(scaler.scale_, dtype=np.float64))
+        self.mean_ = tuple(means)
+        self.scale_ = tuple(scales)
+        self.layout_ = data.layout
+        return self
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "mean_"):
+            raise NotFittedError("This ViewStandardizer is not fitted yet; call fit first")
+
+    def transform(self, data: MultiViewData) -> MultiViewData:
+        """Standardise views with the fitted statistics.
+
+        Parameters
+        ----------
+        data : MultiViewData
+            Views with the fitted layout (anything :func:`check_views` accepts also works).
+
+        Returns
+        -------
+        MultiViewData
+            Standardised copy; missing rows stay NaN.
+        """
+        self._check_fitted()
+        data = check_views(data, layout=self.layout_, argument="data")
+        views = tuple(
+            np.ascontiguousarray((v - m) / s)
+            for v, m, s in zip(data.views, self.mean_, self.scale_, strict=True)
+        )
+        return MultiViewData(views, data.observed.copy(), data.view_names)
+
+    def fit_transform(self, data: MultiViewData) -> MultiViewData:
+        """Fit, then transform the same data.
+
+        Parameters
+        ----------
+        data : MultiViewData
+            Training views.
+
+        Returns
+        -------
+        MultiViewData
+            Standardised copy.
+        """
+        return self.fit(data).transform(data)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-serialisable representation (plain lists of floats).
+
+        Returns
+        -------
+        dict
+            Keys ``"mean"``, ``"scale"`` (lists of per-view lists) and ``"layout"``.
+        """
+        self._check_fitted()
+        return {
+            "mean": [m.tolist() for m in self.mean_],
+            "scale": [s.tolist() for s in self.scale_],
+            "layout": self.layout_.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ViewStandardizer:
+        """Rebuild a fitted standardiser from :meth:`to_dict` output.
+
+        Parameters
+        ----------
+        d : mapping
+            Output of :meth:`to_dict` (possibly after a JSON round trip).
+
+        Returns
+        -------
+        ViewStandardizer
+        """
+        missing = {"mean", "scale", "layout"} - set(d)
+        if missing:
+            raise ValueError(f"ViewStandardizer.from_dict: missing keys {sorted(missing)}")
+        layout = ViewLayout.from_dict(d["layout"])
+        means = tuple(np.asarray(m, dtype=np.float64) for m in d["mean"])
+        scales = tuple(np.asarray(s, dtype=np.float64) for s in d["scale"])
+        shapes = [(m.shape, s.shape) for m, s in zip(means, scales, strict=False)]
+        expected = [((size,), (size,)) for size in layout.view_sizes]
+        if len(means) != len(scales) or shapes != expected:
+            raise ValueError(
+                "ViewStandardizer.from_dict: mean/scale shapes do not match the layout "
+                f"{layout.view_sizes}"
+            )
+        if any(not np.all(np.isfinite(s) & (s > 0)) for s in scales):
+            raise ValueError("ViewStandardizer.from_dict: scales must be positive and finite")
+        obj = cls()
+        obj.mean_, obj.scale_, obj.layout_ = means, scales, layout
+        return obj

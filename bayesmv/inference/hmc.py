@@ -1,0 +1,215 @@
+"""Gradient-based blocks of the hybrid sampler: batched per-sample HMC for H, HMC for Ω.
+
+Both act on the collapsed conditional (λ and U integrated out), whose only non-Gaussian
+factor is the hinge pseudo-likelihood; its gradient is bounded, so trajectories stay stable.
+
+* ``H``: the rows h_n are conditionally independent given the global parameters.  Each row's
+  LVM factor is Gaussian, N(μ_n, P_n⁻¹), so the step works in whitened coordinates
+  ``h_n = μ_n + L_n^{-T} ξ_n`` where that factor is N(0, I) and only the hinge perturbs it.
+  All rows move together (one matrix product per leapfrog step) and each row is accepted or
+  rejected on its own (a product of independent HMC kernels).
+* ``Ω``: one HMC move, preconditioned by the current scale of the spectral prior.
+
+Step sizes adapt during tuning by dual averaging (Hoffman & Gelman 2014) and are frozen after.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import linalg
+
+from bayesmv.components.latent import view_noise_terms
+from bayesmv.inference.gibbs import _HybridStep
+
+
+def hinge_terms(S: np.ndarray, beta: np.ndarray, Y: np.ndarray, C: float
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Row-wise hinge log-pseudo-likelihood and its gradient w.r.t. ``S = H Ωᵀ``.
+
+    Returns ``(logl, dS)`` with ``logl[n] = -2C Σ_t max(0, 1 - y_nt f_nt)``.
+    """
+    M = S.shape[1]
+    cos, sin = np.cos(S), np.sin(S)
+    bc, bs, b0 = beta[:, :M], beta[:, M:2 * M], beta[:, 2 * M]
+    scale = 1.0 / np.sqrt(M)
+    F = scale * (cos @ bc.T + sin @ bs.T) + b0
+    margin = 1.0 - Y * F
+    active = margin > 0
+    logl = -2.0 * C * np.sum(np.where(active, margin, 0.0), axis=1)
+    Gf = 2.0 * C * Y * active
+    dS = scale * ((Gf @ bs) * cos - (Gf @ bc) * sin)
+    return logl, dS
+
+
+class DualAveraging:
+    """Stan's dual-averaging step-size adaptation towards a target acceptance rate."""
+
+    def __init__(self, initial: float, target: float = 0.8, gamma: float = 0.05,
+                 t0: float = 10.0, kappa: float = 0.75) -> None:
+        self.initial, self.target = initial, target
+        self.gamma, self.t0, self.kappa = gamma, t0, kappa
+        self.reset()
+
+    def reset(self) -> None:
+        self.mu = np.log(10.0 * self.initial)
+        self.log_eps = np.log(self.initial)
+        self.log_eps_bar = 0.0
+        self.h_bar = 0.0
+        self.t = 0
+
+    def update(self, accept: float) -> None:
+        self.t += 1
+        w = 1.0 / (self.t + self.t0)
+        self.h_bar = (1.0 - w) * self.h_bar + w * (self.target - accept)
+        self.log_eps = self.mu - np.sqrt(self.t) / self.gamma * self.h_bar
+        eta = self.t ** -self.kappa
+        self.log_eps_bar = eta * self.log_eps + (1.0 - eta) * self.log_eps_bar
+
+    def step_size(self, tuning: bool) -> float:
+        return float(np.exp(self.log_eps if tuning or self.t == 0 else self.log_eps_bar))
+
+
+class _HMCStep(_HybridStep):
+    stats_dtypes_shapes = {"step_size": (float, []), "accept": (float, []),
+                           "n_steps": (int, []), "diverging": (bool, [])}
+    #: an energy error beyond this many nats counts as a divergent trajectory (as in PyMC)
+    max_energy_error = 1000.0
+
+    def __init__(self, vars, spec, target_accept: float = 0.8, initial_step: float = 0.5,
+                 max_steps: int = 32, model=None, rng=None, blocked=True):
+        super().__init__(vars, spec, model=model, rng=rng, blocked=blocked)
+        self.adapt = DualAveraging(initial_step, target_accept)
+        self.max_steps = max_steps
+
+    def reset_tuning(self):
+        super().reset_tuning()
+        self.adapt.reset()
+
+    def _trajectory(self) -> tuple[float, int]:
+        eps = min(self.adapt.step_size(self.tune), 2.0)
+        # a quarter period of the unit oscillator decorrelates a N(0, I) factor; jitter it
+        length = self.rng.uniform(0.6, 1.0) * np.pi / 2
+        return eps, int(np.clip(np.ceil(length / eps), 1, self.max_steps))
+
+
+class WhitenedLatentTarget:
+    """log p(H | globals) with U and λ integrated out, in whitened per-row coordinates ξ.
+
+    ``h_n = μ_n + L_n^{-T} ξ_n`` where ``P_n = L_n L_nᵀ = I + Σ_{v observed} W_vᵀ Ψ_v⁻¹ W_v``;
+    the Gaussian factor becomes ``-½||ξ_n||²`` and the hinge is added on top.
+    """
+
+    def __init__(self, spec, nat: dict) -> None:
+        self.spec, self.Omega, self.beta = spec, nat["Omega"], nat["beta"]
+        n, m = nat["H"].shape
+        b = np.zeros((n, m))
+        G = []
+        for v, (Xo, idx) in enumerate(zip(spec.views, spec.observed_index, strict=True)):
+            Gv, Qv = view_noise_terms(nat[f"W_{v}"], nat[f"V_{v}"], float(nat["tau"][v]))
+            G.append(Gv)
+            b[idx] += Xo @ Qv
+        self.mean = np.empty((n, m))
+        self.L = np.empty((len(spec.patterns), m, m))
+        self.Linv = np.empty_like(self.L)
+        self.rows = [np.flatnonzero(spec.pattern_of_row == p) for p in range(len(spec.patterns))]
+        for p, mask in enumerate(spec.patterns):
+            P = np.eye(m) + sum(G[v] for v in np.flatnonzero(mask))
+            self.L[p] = np.linalg.cholesky(P)
+            self.Linv[p] = linalg.solve_triangular(self.L[p], np.eye(m), lower=True)
+            r = self.rows[p]
+            self.mean[r] = linalg.cho_solve((self.L[p], True), b[r].T).T
+
+    def to_h(self, xi: np.ndarray) -> np.ndarray:
+        h = np.empty_like(xi)
+        for p, r in enumerate(self.rows):
+            h[r] = self.mean[r] + xi[r] @ self.Linv[p]  # row form of μ + L^{-T} ξ
+        return h
+
+    def to_xi(self, h: np.ndarray) -> np.ndarray:
+        xi = np.empty_like(h)
+        for p, r in enumerate(self.rows):
+            xi[r] = (h[r] - self.mean[r]) @ self.L[p]  # row form of Lᵀ (h - μ)
+        return xi
+
+    def logp_grad(self, xi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per-row log density (up to a constant) and its gradient w.r.t. ξ."""
+        logl, dS = hinge_terms(self.to_h(xi) @ self.Omega.T, self.beta, self.spec.targets,
+                               self.spec.C)
+        gh = dS @ self.Omega
+        g = -xi.copy()
+        for p, r in enumerate(self.rows):
+            g[r] += gh[r] @ self.Linv[p].T
+        return -0.5 * np.sum(xi**2, axis=1) + logl, g
+
+
+class LatentHMC(_HMCStep):
+    """Batched whitened HMC for the shared latents H (one accept/reject per sample)."""
+
+    def step(self, point):
+        nat = self.spec.natural(point)
+        H0 = nat["H"]
+        target = WhitenedLatentTarget(self.spec, nat)
+        xi0 = target.to_xi(H0)
+        eps, n_steps = self._trajectory()
+        p0 = self.rng.standard_normal(xi0.shape)
+        lp0, g = target.logp_grad(xi0)
+        xi, mom = xi0.copy(), p0 + 0.5 * eps * g
+        for i in range(n_steps):
+            xi += eps * mom
+            lp1, g = target.logp_grad(xi)
+            mom += (eps if i < n_steps - 1 else 0.5 * eps) * g
+        log_ratio = (lp1 - 0.5 * np.sum(mom**2, axis=1)) - (lp0 - 0.5 * np.sum(p0**2, axis=1))
+        log_ratio = np.where(np.isfinite(log_ratio), log_ratio, -np.inf)
+        accept_prob = np.exp(np.minimum(log_ratio, 0.0))
+        take = np.log(self.rng.uniform(size=len(H0))) < log_ratio
+        if self.tune:
+            self.adapt.update(float(accept_prob.mean()))
+        new = dict(point)
+        # rejected rows keep their exact old values (no round-off through the whitening)
+        new["H"] = np.where(take[:, None], target.to_h(xi), H0)
+        return new, [{"step_size": eps, "accept": float(accept_prob.mean()),
+                      "n_steps": n_steps,
+                      "diverging": bool(np.any(log_ratio < -self.max_energy_error))}]
+
+
+class FrequencyTarget:
+    """log p(Ω | H, β, spectral prior) with λ integrated out, in prior-scaled coordinates."""
+
+    def __init__(self, spec, nat: dict) -> None:
+        self.spec, self.nat = spec, nat
+        self.H, self.beta = nat["H"], nat["beta"]
+        self.scale = spec.spectral.prior_scale(nat, self.H.shape[1])[None, :]
+
+    def logp_grad(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
+        Omega = theta * self.scale
+        prior, gprior = self.spec.spectral.prior_logp_grad(Omega, self.nat)
+        logl, dS = hinge_terms(self.H @ Omega.T, self.beta, self.spec.targets, self.spec.C)
+        return prior + logl.sum(), (gprior + dS.T @ self.H) * self.scale
+
+
+class FrequencyHMC(_HMCStep):
+    """HMC for the random-feature frequencies Ω given H, β and the spectral prior."""
+
+    def step(self, point):
+        nat = self.spec.natural(point)
+        target = FrequencyTarget(self.spec, nat)
+        theta0 = nat["Omega"] / target.scale
+        eps, n_steps = self._trajectory()
+        p0 = self.rng.standard_normal(theta0.shape)
+        lp0, g = target.logp_grad(theta0)
+        theta, mom = theta0.copy(), p0 + 0.5 * eps * g
+        for i in range(n_steps):
+            theta += eps * mom
+            lp1, g = target.logp_grad(theta)
+            mom += (eps if i < n_steps - 1 else 0.5 * eps) * g
+        log_ratio = (lp1 - 0.5 * np.sum(mom**2)) - (lp0 - 0.5 * np.sum(p0**2))
+        if not np.isfinite(log_ratio):
+            log_ratio = -np.inf
+        accept_prob = float(np.exp(min(log_ratio, 0.0)))
+        new = dict(point)
+        if np.log(self.rng.uniform()) < log_ratio:
+            new["Omega"] = theta * target.scale
+        if self.tune:
+            self.adapt.update(accept_prob)
+        return new, [{"step_size": eps, "accept": accept_prob, "n_steps": n_steps,
+                      "diverging": bool(log_ratio < -self.max_energy_error)}]

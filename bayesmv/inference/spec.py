@@ -1,0 +1,88 @@
+"""What the hybrid sampler's steps need to know about a built M³LAK-type graph.
+
+The steps work on PyMC's *value* variables (log- or logit-transformed where the model says
+so); :class:`HybridSpec` converts between a point and natural-space parameters in one place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.special import expit, logit
+
+from bayesmv.builder import BuiltModel
+from bayesmv.components.features import DPMixtureSpectral, stick_breaking_weights
+
+
+@dataclass
+class HybridSpec:
+    """Numeric description of the collapsed M³LAK graph, shared by all hybrid steps."""
+
+    views: tuple[np.ndarray, ...]           # observed rows of each view
+    observed_index: tuple[np.ndarray, ...]  # row indices of those observed rows
+    patterns: np.ndarray                    # (n_patterns, V) distinct missing-view patterns
+    pattern_of_row: np.ndarray              # (N,) index into patterns
+    targets: np.ndarray                     # (N, T) ±1
+    C: float
+    latent_dim: int
+    view_latent_dim: int
+    n_features: int
+    a_r: float
+    b_r: float
+    a_tau: float
+    b_tau: float
+    eta: float
+    spectral: object
+    prior_precision: float
+    precision_prior: tuple[float, float] | None
+
+    @classmethod
+    def from_built(cls, built: BuiltModel) -> HybridSpec:
+        b = built.builder
+        data = built.context.data
+        rep, fmap, comb, lik = b.representation, b.feature_map, b.combiner, b.likelihood
+        idx = tuple(np.flatnonzero(data.observed[:, v]) for v in range(data.n_views))
+        patterns, pattern = np.unique(data.observed, axis=0, return_inverse=True)
+        return cls(
+            views=tuple(np.ascontiguousarray(X[i]) for X, i in zip(data.views, idx, strict=True)),
+            observed_index=idx, patterns=patterns, pattern_of_row=pattern.reshape(-1),
+            targets=built.context.targets, C=float(lik.C), latent_dim=rep.latent_dim,
+            view_latent_dim=rep.view_latent_dim, n_features=fmap.n_features, a_r=rep.a_r,
+            b_r=rep.b_r, a_tau=rep.a_tau, b_tau=rep.b_tau, eta=rep.eta, spectral=fmap.spectral,
+            prior_precision=comb.prior_precision, precision_prior=comb.precision_prior,
+        )
+
+    @property
+    def n_views(self) -> int:
+        return len(self.views)
+
+    @property
+    def is_dp(self) -> bool:
+        return isinstance(self.spectral, DPMixtureSpectral)
+
+    # -------------------------------------------------------- point <-> natural
+    def natural(self, point: dict) -> dict:
+        """Natural-space parameters of a point (only what the steps need)."""
+        nat = {"H": point["H"], "Omega": point["Omega"], "beta": point["beta"],
+               "tau": np.exp(point["tau_log__"]), "r": np.exp(point["r_log__"])}
+        for v in range(self.n_views):
+            nat[f"W_{v}"] = point[f"W_{v}"]
+            nat[f"V_{v}"] = point[f"V_{v}"]
+        nat["v"] = (float(np.exp(point["v_log__"])) if self.precision_prior is not None
+                    else self.prior_precision)
+        if self.is_dp:
+            sticks = expit(point["dp_sticks_logodds__"])
+            nat["dp_sticks"] = sticks
+            nat["dp_weights"] = stick_breaking_weights(sticks)
+            nat["dp_sigma2"] = np.exp(point["dp_sigma2_log__"])
+            nat["dp_mu"] = point["dp_mu"]
+        return nat
+
+    @staticmethod
+    def encode_positive(x) -> np.ndarray:
+        return np.log(np.asarray(x, dtype=float))
+
+    @staticmethod
+    def encode_unit(x) -> np.ndarray:
+        return logit(np.clip(np.asarray(x, dtype=float), 1e-12, 1.0 - 1e-12))

@@ -1,0 +1,332 @@
+"""M³LAK: adaptive-kernel max-margin multi-view learning (Du et al.), fully Bayesian."""
+
+from __future__ import annotations
+
+import numbers
+import time
+from typing import Any
+
+import arviz as az
+import numpy as np
+import xarray as xr
+
+from bayesmv.builder import BuiltModel, ModelBuilder
+from bayesmv.components import (
+    DPMixtureSpectral,
+    GaussianSpectral,
+    HingeLikelihood,
+    RandomFourierFeatures,
+    SharedLatent,
+    SumCombiner,
+)
+from bayesmv.components.likelihoods import hinge_probability
+from bayesmv.data import ViewLayout, ViewStandardizer, label_tasks
+from bayesmv.diagnostics.convergence import check_convergence, warn_if_not_converged
+from bayesmv.inference.sample import nutpie_available, run_sampler
+from bayesmv.models.base import MultiViewClassifier, register
+
+_POSITIVE = ("C", "eta", "alpha", "a_r", "b_r", "a_tau", "b_tau", "v", "bandwidth",
+             "target_accept")
+_POSITIVE_INT = ("latent_dim", "n_features", "view_latent_dim", "draws", "chains",
+                 "n_latent_draws", "max_predict_draws")
+
+
+@register
+class M3LAK(MultiViewClassifier):
+    """Adaptive-kernel nonlinear max-margin multi-view classifier with a full posterior.
+
+    A shared latent ``h`` explains all views (a multi-view factor model); random Fourier
+    features of ``h`` whose frequencies follow a Dirichlet-process Gaussian mixture give an
+    adaptive shift-invariant kernel; a hinge pseudo-likelihood ``exp(-2C·max(0, 1 - y f))``
+    ties the labels to ``f = βᵀ φ̃(h)``.  See DESIGN §2 and Du et al. (M³LAK).
+
+    Parameters
+    ----------
+    latent_dim : int, default 20
+        Shared latent dimension m.
+    n_features : int, default 100
+        Number of random frequencies M (2M + 1 features with the bias).
+    C : float, default 1.0
+        Hinge regularisation constant.
+    sampler : {"hybrid", "nuts"}, default "hybrid"
+        ``"hybrid"``: the paper's Gibbs + HMC scheme as PyMC step methods (exact Gibbs for λ,
+        β, U, W, V, r, τ and the DP mixture; batched per-sample HMC for H; HMC for Ω).
+        ``"nuts"``: NUTS on the collapsed posterior (λ, U and DP assignments summed out).
+        Both target the same posterior; the hybrid is far faster per effective draw (see
+        ``benchmarks/sampler_scaling.py``).
+    draws, tune, chains : int
+        Posterior draws and tuning iterations per chain, number of chains.
+    cores : int or None
+        Chains run in parallel on this many processes (PyMC's default when None).
+    random_seed : int or None
+        Seed: the same seed gives the same fit and the same predictions.
+    view_latent_dim : int, default 5
+        Dimension K of each view-specific latent (low-rank view noise; the authors' code used 1).
+    eta : float, default 1e3
+        Prior precision of the view-specific loadings V.
+    a_r, b_r, a_tau, b_tau : float
+        Gamma hyper-parameters of the ARD precisions r and the noise precisions τ.
+    v : float, default 1e-2
+        Prior precision of β (fixed), or the starting value when ``v_prior`` is given.
+    v_prior : tuple (a_v, b_v) or None
+        Give v a Gamma(a_v, b_v) hyper-prior (sampled by a conjugate Gibbs step).
+    spectral : {"dp_mixture", "gaussian"}, default "dp_mixture"
+        Spectral density of the frequencies: adaptive DP mixture or fixed RBF.
+    n_components : int, default 20
+        Truncation level of the DP mixture.
+    alpha : float, default 1.0
+        DP concentration.
+    bandwidth : float, default 1.0
+        Prior frequency scale (× 1/√m): larger means a rougher kernel.
+    view_sizes : sequence of int or None
+        When X is one 2-D array, the widths of its consecutive views (so scikit-learn's
+        splitters and ``GridSearchCV`` can index X).
+    standardize : bool, default True
+        Standardise each view on the observed training rows.
+    n_latent_draws : int, default 16
+        Draws of the test latent h* per posterior draw for ``predict_proba``.
+    max_predict_draws : int, default 200
+        Posterior draws used at prediction time (evenly thinned).
+    target_accept : float, default 0.8
+        Target acceptance of the HMC blocks / NUTS.
+    nuts_sampler : {"pymc", "nutpie"}, default "pymc"
+        NUTS implementation for ``sampler="nuts"``.
+    progressbar : bool, default False
+        Show PyMC's progress bar.
+    """
+
+    def __init__(
+        self,
+        latent_dim: int = 20,
+        n_features: int = 100,
+        C: float = 1.0,
+        sampler: str = "hybrid",
+        draws: int = 500,
+        tune: int = 500,
+        chains: int = 2,
+        cores: int | None = None,
+        random_seed: int | None = None,
+        view_latent_dim: int = 5,
+        eta: float = 1e3,
+        a_r: float = 0.1,
+        b_r: float = 1e-5,
+        a_tau: float = 1e-2,
+        b_tau: float = 1e-5,
+        v: float = 1.0,
+        v_prior: tuple[float, float] | None = None,
+        spectral: str = "dp_mixture",
+        n_components: int = 20,
+        alpha: float = 1.0,
+        bandwidth: float = 1.0,
+        view_sizes: tuple[int, ...] | None = None,
+        standardize: bool = True,
+        n_latent_draws: int = 16,
+        max_predict_draws: int = 200,
+        target_accept: float = 0.8,
+        nuts_sampler: str = "pymc",
+        progressbar: bool = False,
+    ) -> None:
+        self.latent_dim = latent_dim
+        self.n_features = n_features
+        self.C = C
+        self.sampler = sampler
+        self.draws = draws
+        self.tune = tune
+        self.chains = chains
+        self.cores = cores
+        self.random_seed = random_seed
+        self.view_latent_dim = view_latent_dim
+        self.eta = eta
+        self.a_r = a_r
+        self.b_r = b_r
+        self.a_tau = a_tau
+        self.b_tau = b_tau
+        self.v = v
+        self.v_prior = v_prior
+        self.spectral = spectral
+        self.n_components = n_components
+        self.alpha = alpha
+        self.bandwidth = bandwidth
+        self.view_sizes = view_sizes
+        self.standardize = standardize
+        self.n_latent_draws = n_latent_draws
+        self.max_predict_draws = max_predict_draws
+        self.target_accept = target_accept
+        self.nuts_sampler = nuts_sampler
+        self.progressbar = progressbar
+
+    # --------------------------------------------------------------- checks
+    def _validate_params(self) -> None:
+        for name in _POSITIVE:
+            value = getattr(self, name)
+            if not isinstance(value, numbers.Real) or not np.isfinite(value) or value <= 0:
+                raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+        for name in _POSITIVE_INT:
+            value = getattr(self, name)
+            if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if not isinstance(self.tune, numbers.Integral) or self.tune < 0:
+            raise ValueError(f"tune must be a non-negative integer, got {self.tune!r}")
+        if not 0 < self.target_accept < 1:
+            raise ValueError(f"target_accept must lie in (0, 1), got {self.target_accept!r}")
+        if self.sampler not in ("hybrid", "nuts"):
+            raise ValueError(f"sampler must be 'hybrid' or 'nuts', got {self.sampler!r}")
+        if self.nuts_sampler not in ("pymc", "nutpie"):
+            raise ValueError(f"nuts_sampler must be 'pymc' or 'nutpie', got {self.nuts_sampler!r}")
+        if self.nuts_sampler == "nutpie" and not nutpie_available():
+            raise ImportError("nuts_sampler='nutpie' needs nutpie: pip install 'bayesmv[fast]'")
+        if self.spectral not in ("dp_mixture", "gaussian"):
+            raise ValueError(f"spectral must be 'dp_mixture' or 'gaussian', got {self.spectral!r}")
+        if self.spectral == "dp_mixture" and (not isinstance(self.n_components, numbers.Integral)
+                                              or self.n_components < 2):
+            raise ValueError(f"n_components must be an integer >= 2, got {self.n_components!r}")
+        if self.v_prior is not None:
+            a_v, b_v = self.v_prior
+            if not (a_v > 0 and b_v > 0):
+                raise ValueError(f"v_prior must be a pair of positive numbers, got {self.v_prior}")
+
+    # ------------------------------------------------------------- builder
+    def make_builder(self) -> ModelBuilder:
+        """The model graph this estimator samples (usable on its own for custom work)."""
+        spectral = (DPMixtureSpectral(self.n_components, self.alpha, bandwidth=self.bandwidth)
+                    if self.spectral == "dp_mixture" else GaussianSpectral(self.bandwidth))
+        return ModelBuilder(
+            SharedLatent(self.latent_dim, self.view_latent_dim, self.a_r, self.b_r,
+                         self.a_tau, self.b_tau, self.eta),
+            RandomFourierFeatures(self.n_features, spectral),
+            SumCombiner(self.v, None if self.v_prior is None else tuple(self.v_prior)),
+            HingeLikelihood(self.C),
+        )
+
+    def build_model(self, X, y, *, augmented: bool = False) -> BuiltModel:
+        """Validate and standardise (X, y) and build the ``pm.Model`` without sampling it."""
+        self._validate_params()
+        data, classes, y_index = self._validate_training_data(X, y)
+        standardizer = ViewStandardizer().fit(data) if self.standardize else None
+        if standardizer is not None:
+            data = standardizer.transform(data)
+        targets = label_tasks(y_index, len(classes))
+        built = self.make_builder().build(data, targets, augmented=augmented)
+        built.classes, built.y_index, built.standardizer = classes, y_index, standardizer
+        return built
+
+    # ------------------------------------------------------------------ fit
+    def fit(self, X, y) -> M3LAK:
+        """Sample the posterior given training views ``X`` and labels ``y``.
+
+        Parameters
+        ----------
+        X : list of array-like (one (n_samples, D_v) array per view), or one 2-D array with
+            ``view_sizes``.  A view is missing for a sample when its whole row is NaN.
+        y : array-like of shape (n_samples,)
+            Class labels (any hashable labels); multi-class is one-vs-rest with a shared
+            latent space and kernel.
+
+        Returns
+        -------
+        self
+        """
+        built = self.build_model(X, y)
+        trace_vars = [rv.name for rv in built.model.free_RVs if rv.name not in ("H",)]
+        trace_vars += [d.name for d in built.model.deterministics]
+        start = time.perf_counter()
+        idata = run_sampler(
+            built, sampler=self.sampler, draws=self.draws, tune=self.tune, chains=self.chains,
+            cores=self.cores, random_seed=self.random_seed, trace_vars=trace_vars,
+            progressbar=self.progressbar, target_accept=self.target_accept,
+            nuts_sampler=self.nuts_sampler)
+        elapsed = time.perf_counter() - start
+        idata.add_groups(observed_data=xr.Dataset(
+            {"y": ("sample", built.y_index), "y_tasks": (("sample", "task"),
+                                                         built.context.targets)}))
+        idata.posterior.attrs["sampling_seconds"] = elapsed
+        idata.posterior.attrs["sampler"] = self.sampler
+        # assign fitted state only now: a failure above leaves the estimator untouched
+        self.classes_ = built.classes
+        self.layout_ = ViewLayout(built.context.data.view_sizes, built.context.data.view_names)
+        self.standardizer_ = built.standardizer
+        self.idata_ = idata
+        self.n_features_in_ = int(sum(self.layout_.view_sizes))
+        self.convergence_ = check_convergence(idata)
+        warn_if_not_converged(self.convergence_)
+        return self
+
+    @property
+    def sampling_time_(self) -> float:
+        """Wall-clock seconds spent in ``pm.sample`` (tuning included)."""
+        self._check_fitted()
+        return float(self.idata_.posterior.attrs["sampling_seconds"])
+
+    # ----------------------------------------------------------- prediction
+    def _draws(self) -> list[dict[str, np.ndarray]]:
+        post = self.idata_.posterior
+        n_chain, n_draw = post.sizes["chain"], post.sizes["draw"]
+        total = n_chain * n_draw
+        keep = np.unique(np.linspace(0, total - 1, min(total, self.max_predict_draws)).round()
+                         .astype(int))
+        names = ["beta", "Omega", "tau"] + [f"{w}_{v}" for v in range(len(self.layout_.view_sizes))
+                                            for w in ("W", "V")]
+        stacked = {n: post[n].values.reshape((total,) + post[n].shape[2:])[keep] for n in names}
+        return [{n: stacked[n][i] for n in names} for i in range(len(keep))]
+
+    def _predictive_f(self, X, *, sample_latent: bool) -> np.ndarray:
+        """Decision values per posterior draw: (n_draws[, n_latent], n, T)."""
+        data = self._prepare(X)
+        latent = SharedLatent(self.latent_dim, self.view_latent_dim, eta=self.eta)
+        rng = np.random.default_rng(np.random.SeedSequence(
+            [0 if self.random_seed is None else self.random_seed, 7919]))
+        M = self.n_features
+        out = []
+        for draw in self._draws():
+            mean, chols, pattern = latent.latent_posterior(draw, data)
+            Omega, beta = draw["Omega"], draw["beta"]
+            bc, bs, b0 = beta[:, :M], beta[:, M:2 * M], beta[:, 2 * M]
+            if not sample_latent:
+                # E over h* ~ N(μ, P⁻¹) in closed form: E cos(ωᵀh) = cos(ωᵀμ)·exp(-ωᵀP⁻¹ω/2)
+                damp = np.empty((data.n_samples, M))
+                for p in range(len(chols)):
+                    Linv_omega = np.linalg.solve(chols[p], Omega.T)  # L⁻¹ ω_j
+                    damp[pattern == p] = np.exp(-0.5 * np.sum(Linv_omega**2, axis=0))
+                S = mean @ Omega.T
+                out.append(damp * np.cos(S) @ bc.T / np.sqrt(M)
+                           + damp * np.sin(S) @ bs.T / np.sqrt(M) + b0)
+                continue
+            z = rng.standard_normal((self.n_latent_draws,) + mean.shape)
+            noise = np.empty_like(z)
+            for p in range(len(chols)):
+                rows = pattern == p
+                # h = μ + L^{-T} z  (row form z L⁻¹)
+                noise[:, rows] = np.linalg.solve(chols[p], z[:, rows].reshape(-1, mean.shape[1])
+                                                 .T).T.reshape(z[:, rows].shape)
+            S = (mean + noise) @ Omega.T
+            out.append((np.cos(S) @ bc.T + np.sin(S) @ bs.T) / np.sqrt(M) + b0)
+        return np.asarray(out)
+
+    def decision_function(self, X) -> np.ndarray:
+        """Posterior mean of the decision value ``f`` (test latents integrated exactly).
+
+        Shape (n_samples,) for binary problems (positive favours ``classes_[1]``), else
+        (n_samples, n_classes).
+        """
+        f = self._predictive_f(X, sample_latent=False).mean(axis=0)
+        return f[:, 0] if f.shape[1] == 1 else f
+
+    def predict_proba(self, X) -> np.ndarray:
+        """Posterior-averaged class probabilities from the normalised hinge likelihood.
+
+        ``p(y = +1 | f) = ℓ(+1|f) / (ℓ(+1|f) + ℓ(-1|f))``, averaged over posterior draws and
+        over the test latents ``h* | x*``; one-vs-rest scores are renormalised to sum to one.
+        """
+        p = hinge_probability(self._predictive_f(X, sample_latent=True), self.C)
+        p = p.reshape(-1, *p.shape[-2:]).mean(axis=0)
+        if p.shape[1] == 1:
+            return np.column_stack([1.0 - p[:, 0], p[:, 0]])
+        return p / p.sum(axis=1, keepdims=True)
+
+    def training_decision_values(self) -> az.InferenceData:
+        """Posterior draws of ``f`` at the training points (the judged quantity)."""
+        self._check_fitted()
+        return self.idata_.posterior["f"]
+
+    def _extra_state(self) -> dict[str, Any]:
+        return {}
