@@ -1,0 +1,11 @@
+import warnings
+
+import numpy as np
+import pytest
+
+warnings.filterwarnings("ignore", message=".*ArviZ is undergoing a major refactor.*")
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(12345)

@@ -1,0 +1,264 @@
+"""Every Gibbs conditional and HMC target of the hybrid sampler is checked against the joint
+density of the PyMC model it claims to come from: for two values of the updated block, with
+everything else fixed, the difference of the conditional's log-density must equal the
+difference of the model's joint log-density (so the normalising constant drops out)."""
+
+import numpy as np
+import pytest
+from scipy import stats
+from scipy.special import logsumexp
+
+from bayesmv import M3LAK
+from bayesmv.components.features import fourier_features
+from bayesmv.datasets import make_lvm_classification
+from bayesmv.inference.gibbs import (
+    ard_conditional,
+    beta_conditional,
+    dp_assignment_logits,
+    loadings_conditional,
+    nig_conditional,
+    noise_conditional,
+    sample_lambda,
+    stick_conditional,
+    view_latent_conditional,
+)
+from bayesmv.inference.hmc import FrequencyTarget, WhitenedLatentTarget, hinge_terms
+from bayesmv.inference.spec import HybridSpec
+
+
+def _estimator():
+    return M3LAK(latent_dim=2, n_features=3, view_latent_dim=1, n_components=3,
+                 v_prior=(2.0, 1.0), C=0.8)
+
+
+def _data():
+    X, y, _ = make_lvm_classification(n_samples=15, view_dims=(4, 3), latent_dim=2,
+                                      view_latent_dim=1, random_state=0)
+    X[1][[2, 5]] = np.nan  # two samples miss view 1
+    return X, y
+
+
+@pytest.fixture(scope="module")
+def augmented():
+    X, y = _data()
+    built = _estimator().build_model(X, y, augmented=True)
+    rng = np.random.default_rng(3)
+    point = built.initial_values(rng)
+    point["beta"] = rng.normal(size=point["beta"].shape)
+    point["lam_log__"] = rng.normal(size=point["lam_log__"].shape)
+    point["dp_mu"] = rng.normal(scale=0.3, size=point["dp_mu"].shape)
+    logp = built.model.compile_logp(jacobian=False)
+    return built, point, logp, HybridSpec.from_built(built)
+
+
+@pytest.fixture(scope="module")
+def collapsed():
+    X, y = _data()
+    built = _estimator().build_model(X, y, augmented=False)
+    rng = np.random.default_rng(4)
+    point = built.initial_values(rng)
+    point["beta"] = rng.normal(size=point["beta"].shape)
+    return built, point, built.model.compile_logp(jacobian=False), HybridSpec.from_built(built)
+
+
+def _assert_same_differences(logp, point, name, values, cond_logpdf, encode=lambda x: x):
+    joint, cond = [], []
+    for value in values:
+        p = dict(point)
+        p[name] = encode(value)
+        joint.append(float(logp(p)))
+        cond.append(float(cond_logpdf(value)))
+    joint, cond = np.array(joint), np.array(cond)
+    np.testing.assert_allclose(joint - joint[0], cond - cond[0], rtol=1e-7, atol=1e-7)
+
+
+def _gaussian_logpdf_precision(x, mean, chol):
+    """log N(x | mean, (L Lᵀ)⁻¹) summed over columns, up to a constant."""
+    d = x - mean
+    return -0.5 * float(np.sum((chol.T @ d) ** 2))
+
+
+def test_beta_conditional_matches_joint(augmented):
+    built, point, logp, spec = augmented
+    nat = spec.natural(point)
+    Phi = fourier_features(nat["H"], nat["Omega"])
+    lam = np.exp(point["lam_log__"])[:, 0]
+    mean, chol = beta_conditional(Phi, spec.targets[:, 0], lam, spec.C, nat["v"])
+    rng = np.random.default_rng(0)
+    values = [rng.normal(size=point["beta"].shape) for _ in range(4)]
+    _assert_same_differences(logp, point, "beta", values,
+                             lambda b: _gaussian_logpdf_precision(b[0], mean, chol))
+
+
+def test_lambda_conditional_matches_joint(augmented):
+    built, point, logp, spec = augmented
+    nat = spec.natural(point)
+    f = fourier_features(nat["H"], nat["Omega"]) @ nat["beta"].T
+    a = spec.C * (1 - spec.targets * f)
+    rng = np.random.default_rng(1)
+    values = [np.exp(rng.normal(size=a.shape)) for _ in range(4)]
+    gig = stats.geninvgauss(0.5, np.abs(a), scale=np.abs(a))
+    _assert_same_differences(logp, point, "lam_log__", values,
+                             lambda lam: gig.logpdf(lam).sum(), encode=np.log)
+
+
+def test_view_latent_conditional_matches_joint(augmented):
+    built, point, logp, spec = augmented
+    nat = spec.natural(point)
+    rng = np.random.default_rng(2)
+    for v, (Xo, idx) in enumerate(zip(spec.views, spec.observed_index, strict=True)):
+        mean, chol = view_latent_conditional(Xo, nat["H"][idx], nat[f"W_{v}"], nat[f"V_{v}"],
+                                             float(nat["tau"][v]))
+        values = [rng.normal(size=point[f"U_{v}"].shape) for _ in range(3)]
+        _assert_same_differences(logp, point, f"U_{v}", values,
+                                 lambda U: _gaussian_logpdf_precision(U.T, mean, chol))
+
+
+def test_loadings_conditional_matches_joint(augmented):
+    built, point, logp, spec = augmented
+    nat = spec.natural(point)
+    rng = np.random.default_rng(3)
+    m = spec.latent_dim
+    for v, (Xo, idx) in enumerate(zip(spec.views, spec.observed_index, strict=True)):
+        mean, chol = loadings_conditional(Xo, nat["H"][idx], point[f"U_{v}"], nat["r"][v],
+                                          spec.eta, float(nat["tau"][v]))
+        joint, cond = [], []
+        for _ in range(3):
+            WV = rng.normal(size=(Xo.shape[1], m + spec.view_latent_dim))
+            p = dict(point)
+            p[f"W_{v}"], p[f"V_{v}"] = WV[:, :m], WV[:, m:]
+            joint.append(float(logp(p)))
+            cond.append(_gaussian_logpdf_precision(WV.T, mean, chol))
+        np.testing.assert_allclose(np.diff(joint), np.diff(cond), rtol=1e-7, atol=1e-7)
+
+
+def test_ard_and_noise_conditionals_match_joint(augmented):
+    built, point, logp, spec = augmented
+    nat = spec.natural(point)
+    rng = np.random.default_rng(4)
+    r_values = [np.exp(rng.normal(size=nat["r"].shape)) for _ in range(3)]
+
+    def r_logpdf(r):
+        total = 0.0
+        for v in range(spec.n_views):
+            shape, rate = ard_conditional(nat[f"W_{v}"], spec.a_r, spec.b_r)
+            total += stats.gamma(shape, scale=1 / rate).logpdf(r[v]).sum()
+        return total
+
+    _assert_same_differences(logp, point, "r_log__", r_values, r_logpdf, encode=np.log)
+
+    def tau_logpdf(tau):
+        total = 0.0
+        for v, (Xo, idx) in enumerate(zip(spec.views, spec.observed_index, strict=True)):
+            resid = Xo - nat["H"][idx] @ nat[f"W_{v}"].T - point[f"U_{v}"] @ nat[f"V_{v}"].T
+            shape, rate = noise_conditional(resid, spec.a_tau, spec.b_tau)
+            total += stats.gamma(shape, scale=1 / rate).logpdf(tau[v])
+        return total
+
+    tau_values = [np.exp(rng.normal(size=nat["tau"].shape)) for _ in range(3)]
+    _assert_same_differences(logp, point, "tau_log__", tau_values, tau_logpdf, encode=np.log)
+
+
+def test_prior_precision_conditional_matches_joint(augmented):
+    built, point, logp, spec = augmented
+    a_v, b_v = spec.precision_prior
+    beta = point["beta"]
+    post = stats.gamma(a_v + 0.5 * beta.size, scale=1 / (b_v + 0.5 * np.sum(beta**2)))
+    _assert_same_differences(logp, point, "v_log__", [0.3, 1.0, 4.0], post.logpdf,
+                             encode=lambda v: np.array(np.log(v)))
+
+
+def test_dp_conditionals_match_complete_data_joint(augmented):
+    built, point, _, spec = augmented
+    model = built.model
+    nat = spec.natural(point)
+    sp = spec.spectral
+    K, m = sp.n_components, spec.latent_dim
+    Omega = nat["Omega"]
+    # assignments: their unnormalised probabilities sum to the model's mixture density of Ω
+    omega_logp = model.compile_logp(vars=[model["Omega"]], jacobian=False)
+    logits = dp_assignment_logits(Omega, nat["dp_weights"], nat["dp_mu"], nat["dp_sigma2"])
+    assert logsumexp(logits, axis=1).sum() == pytest.approx(float(omega_logp(point)), rel=1e-10)
+
+    # sticks and (μ, σ²) given z: the complete-data joint p(θ) Π_j π_{z_j} N(ω_j | θ_{z_j})
+    prior_logp = model.compile_logp(
+        vars=[model["dp_sticks"], model["dp_sigma2"], model["dp_mu"]], jacobian=False)
+    z = np.array([0, 2, 2])
+
+    def complete(p):
+        n = spec.natural(p)
+        comp = dp_assignment_logits(Omega, n["dp_weights"], n["dp_mu"], n["dp_sigma2"])
+        return float(prior_logp(p)) + comp[np.arange(len(z)), z].sum()
+
+    counts = np.bincount(z, minlength=K)
+    a, b = stick_conditional(counts, sp.alpha)
+    mean, kn, an, bn = nig_conditional(Omega, z, K, sp.kappa0, sp.a0, sp.b0(m))
+    rng = np.random.default_rng(5)
+    joint, cond = [], []
+    for _ in range(4):
+        sticks = rng.uniform(0.05, 0.95, size=K - 1)
+        sigma2 = np.exp(rng.normal(-1, 0.5, size=(K, m)))
+        mu = rng.normal(scale=0.5, size=(K, m))
+        p = dict(point)
+        p["dp_sticks_logodds__"] = spec.encode_unit(sticks)
+        p["dp_sigma2_log__"], p["dp_mu"] = np.log(sigma2), mu
+        joint.append(complete(p))
+        cond.append(stats.beta(a, b).logpdf(sticks).sum()
+                    + stats.invgamma(an, scale=bn).logpdf(sigma2).sum()
+                    + stats.norm(mean, np.sqrt(sigma2 / kn)).logpdf(mu).sum())
+    np.testing.assert_allclose(np.diff(joint), np.diff(cond), rtol=1e-7, atol=1e-7)
+
+
+def test_latent_hmc_target_matches_collapsed_joint(collapsed):
+    built, point, logp, spec = collapsed
+    nat = spec.natural(point)
+    target = WhitenedLatentTarget(spec, nat)
+    rng = np.random.default_rng(6)
+    values = [nat["H"] + rng.normal(scale=0.5, size=nat["H"].shape) for _ in range(4)]
+    _assert_same_differences(logp, point, "H", values,
+                             lambda H: target.logp_grad(target.to_xi(H))[0].sum())
+    # gradient against central finite differences (away from hinge kinks)
+    xi = target.to_xi(values[1])
+    _, grad = target.logp_grad(xi)
+    eps = 1e-6
+    for n, j in [(0, 0), (3, 1), (7, 0), (2, 1)]:  # rows 2 and 5 miss a view
+        d = np.zeros_like(xi)
+        d[n, j] = eps
+        fd = (target.logp_grad(xi + d)[0].sum() - target.logp_grad(xi - d)[0].sum()) / (2 * eps)
+        assert grad[n, j] == pytest.approx(fd, rel=1e-5, abs=1e-6)
+
+
+def test_frequency_hmc_target_matches_collapsed_joint(collapsed):
+    built, point, logp, spec = collapsed
+    nat = spec.natural(point)
+    target = FrequencyTarget(spec, nat)
+    rng = np.random.default_rng(7)
+    values = [nat["Omega"] + rng.normal(scale=0.3, size=nat["Omega"].shape) for _ in range(4)]
+    _assert_same_differences(logp, point, "Omega", values,
+                             lambda O: target.logp_grad(O / target.scale)[0])
+    theta = values[2] / target.scale
+    _, grad = target.logp_grad(theta)
+    eps = 1e-6
+    for idx in [(0, 0), (1, 1), (2, 0)]:
+        d = np.zeros_like(theta)
+        d[idx] = eps
+        fd = (target.logp_grad(theta + d)[0] - target.logp_grad(theta - d)[0]) / (2 * eps)
+        assert grad[idx] == pytest.approx(fd, rel=1e-5, abs=1e-6)
+
+
+def test_margin_edge_cases_are_finite():
+    """y f = 1 exactly: λ's conditional degenerates to Gamma(1/2, 2); nothing is NaN or inf."""
+    rng = np.random.default_rng(8)
+    Phi = rng.normal(size=(4, 6))  # more features than points: the margin can be hit exactly
+    y = np.array([1.0, -1, 1, -1])
+    beta = np.linalg.lstsq(Phi, y, rcond=None)[0]  # y f = 1 on every point at once
+    a = 1.0 * (1 - y * (Phi @ beta))
+    assert np.allclose(a, 0, atol=1e-12)
+    lam = sample_lambda(a, rng)
+    assert np.all(np.isfinite(lam)) and np.all(lam > 0)
+    mean, chol = beta_conditional(Phi, y, lam, 1.0, 1.0)
+    assert np.all(np.isfinite(mean)) and np.all(np.isfinite(chol))
+    S = np.zeros((2, 2))
+    beta_full = np.array([[0.0, 0.0, 0.0, 0.0, 1.0]])  # f = 1 exactly
+    logl, dS = hinge_terms(S, beta_full, np.ones((2, 1)), 1.0)
+    assert np.all(logl == 0) and np.all(np.isfinite(dS))
