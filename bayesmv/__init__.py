@@ -1,7 +1,12 @@
 """bayesmv: Bayesian multi-view classification on PyMC."""
 
+import warnings
+
 from bayesmv._runtime import configure_runtime
 
+# ArviZ announces its 1.0 refactor on import; bayesmv pins the 0.x API, so the notice is noise
+warnings.filterwarnings("ignore", message=r"\s*ArviZ is undergoing a major refactor",
+                        category=FutureWarning)
 configure_runtime()
 
 from bayesmv.builder import ModelBuilder  # noqa: E402

@@ -9,6 +9,7 @@ Debian's OpenBLAS (package ``libopenblas0``) is present and the user has not con
 from __future__ import annotations
 
 import glob
+import logging
 import os
 
 _OPENBLAS_GLOBS = ("/usr/lib/*-linux-gnu/libopenblas.so.0",
@@ -36,6 +37,9 @@ def configure_runtime() -> None:
     # no commas: PYTENSOR_FLAGS is comma-separated
     ldflags = f"-L{directory} -l:libopenblas.so.0"
     os.environ["PYTENSOR_FLAGS"] = ",".join(filter(None, [flags, f"blas__ldflags={ldflags}"]))
+    # PyTensor's library-file check only recognises names ending in ".so" and then logs a
+    # false alarm about a missing dynamic library; the link itself works
+    logging.getLogger("pytensor.tensor.blas").setLevel(logging.ERROR)
     import sys
 
     if "pytensor" in sys.modules:  # already imported: set the live config too

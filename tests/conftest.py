@@ -3,7 +3,7 @@ import warnings
 import numpy as np
 import pytest
 
-warnings.filterwarnings("ignore", message=".*ArviZ is undergoing a major refactor.*")
+warnings.filterwarnings("ignore", message=r"\s*ArviZ is undergoing a major refactor")
 
 
 @pytest.fixture

@@ -110,8 +110,9 @@ def test_view_latent_conditional_matches_joint(augmented):
         mean, chol = view_latent_conditional(Xo, nat["H"][idx], nat[f"W_{v}"], nat[f"V_{v}"],
                                              float(nat["tau"][v]))
         values = [rng.normal(size=point[f"U_{v}"].shape) for _ in range(3)]
-        _assert_same_differences(logp, point, f"U_{v}", values,
-                                 lambda U: _gaussian_logpdf_precision(U.T, mean, chol))
+        _assert_same_differences(
+            logp, point, f"U_{v}", values,
+            lambda U, mean=mean, chol=chol: _gaussian_logpdf_precision(U.T, mean, chol))
 
 
 def test_loadings_conditional_matches_joint(augmented):

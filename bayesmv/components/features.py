@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
-from scipy.special import expit, logsumexp
+from scipy.special import expit
 
 from bayesmv.components.base import BuildContext, Component
 
@@ -44,6 +44,13 @@ def stick_breaking_weights(sticks: np.ndarray) -> np.ndarray:
 def _stick_breaking_weights_pt(sticks):
     remaining = pt.concatenate([pt.ones(1), pt.cumprod(1.0 - sticks)])
     return pt.concatenate([sticks, pt.ones(1)]) * remaining
+
+
+def logsumexp(a: np.ndarray, axis: int, keepdims: bool = False) -> np.ndarray:
+    """Plain NumPy log-sum-exp (scipy's array-API version costs ~0.3 ms a call here)."""
+    top = np.max(a, axis=axis, keepdims=True)
+    out = np.log(np.sum(np.exp(a - top), axis=axis, keepdims=True)) + top
+    return out if keepdims else np.squeeze(out, axis=axis)
 
 
 def mixture_logp_np(Omega, weights, mu, sigma2):

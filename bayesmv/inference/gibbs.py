@@ -12,11 +12,14 @@ column, and the DP uses truncated stick-breaking (blocked Gibbs, Ishwaran & Jame
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 from pymc.step_methods.arraystep import BlockedStep
 from pymc.step_methods.compound import Competence, StepMethodState
 from pymc.util import get_random_generator
 from scipy import linalg
+from threadpoolctl import threadpool_limits
 
 from bayesmv.components.features import _component_logp_np, fourier_features
 from bayesmv.inference.spec import HybridSpec
@@ -71,12 +74,17 @@ class _HybridStep(BlockedStep):
         self.vars = list(vars)
         self.spec = spec
         self.rng = get_random_generator(rng)
+        self._creator_pid = os.getpid()
         # pm.sample sets ``tune`` on the compound step only; each block tunes until
         # ``stop_tuning`` and re-arms in ``reset_tuning`` at the start of every chain
         self.tune = True
 
     def reset_tuning(self):
         self.tune = True
+        if os.getpid() != self._creator_pid:
+            # a PyMC worker process running one chain: keep BLAS single-threaded there too
+            # (run_sampler does the same, scoped, in the parent)
+            threadpool_limits(limits=1, user_api="blas")
 
     @staticmethod
     def competence(var, has_grad):

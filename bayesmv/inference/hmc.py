@@ -22,13 +22,18 @@ from bayesmv.components.latent import view_noise_terms
 from bayesmv.inference.gibbs import _HybridStep
 
 
-def hinge_terms(S: np.ndarray, beta: np.ndarray, Y: np.ndarray, C: float
-                ) -> tuple[np.ndarray, np.ndarray]:
+def hinge_terms(S: np.ndarray, beta: np.ndarray, Y: np.ndarray, C: float,
+                dtype=np.float64) -> tuple[np.ndarray, np.ndarray]:
     """Row-wise hinge log-pseudo-likelihood and its gradient w.r.t. ``S = H Ωᵀ``.
 
-    Returns ``(logl, dS)`` with ``logl[n] = -2C Σ_t max(0, 1 - y_nt f_nt)``.
+    Returns ``(logl, dS)`` with ``logl[n] = -2C Σ_t max(0, 1 - y_nt f_nt)``.  With
+    ``dtype=np.float32`` the trigonometry runs ~9× faster at ~1e-7 relative error: the HMC
+    blocks use that for the leapfrog forces only (any deterministic force field gives a
+    volume-preserving, reversible map) and accept or reject on float64 energies, so the
+    chain's target is exact.
     """
     M = S.shape[1]
+    S, beta = S.astype(dtype, copy=False), beta.astype(dtype, copy=False)
     cos, sin = np.cos(S), np.sin(S)
     bc, bs, b0 = beta[:, :M], beta[:, M:2 * M], beta[:, 2 * M]
     scale = 1.0 / np.sqrt(M)
@@ -38,7 +43,7 @@ def hinge_terms(S: np.ndarray, beta: np.ndarray, Y: np.ndarray, C: float
     logl = -2.0 * C * np.sum(np.where(active, margin, 0.0), axis=1)
     Gf = 2.0 * C * Y * active
     dS = scale * ((Gf @ bs) * cos - (Gf @ bc) * sin)
-    return logl, dS
+    return logl.astype(np.float64), dS.astype(np.float64)
 
 
 class DualAveraging:
@@ -84,6 +89,19 @@ class _HMCStep(_HybridStep):
     def reset_tuning(self):
         super().reset_tuning()
         self.adapt.reset()
+
+    def _leapfrog(self, target, x0: np.ndarray, eps: float, n_steps: int):
+        """Leapfrog from x0 with float32 forces; return (x1, p0, p1, lp0, lp1) with exact lp."""
+        p0 = self.rng.standard_normal(x0.shape)
+        lp0 = target.logp_grad(x0)[0]
+        x, mom = x0.copy(), p0 + 0.5 * eps * target.logp_grad(x0, np.float32)[1]
+        for i in range(n_steps):
+            x += eps * mom
+            if i < n_steps - 1:
+                mom += eps * target.logp_grad(x, np.float32)[1]
+        lp1, g = target.logp_grad(x)
+        mom += 0.5 * eps * g
+        return x, p0, mom, lp0, lp1
 
     def _trajectory(self) -> tuple[float, int]:
         eps = min(self.adapt.step_size(self.tune), 2.0)
@@ -131,10 +149,10 @@ class WhitenedLatentTarget:
             xi[r] = (h[r] - self.mean[r]) @ self.L[p]  # row form of Lᵀ (h - μ)
         return xi
 
-    def logp_grad(self, xi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def logp_grad(self, xi: np.ndarray, dtype=np.float64) -> tuple[np.ndarray, np.ndarray]:
         """Per-row log density (up to a constant) and its gradient w.r.t. ξ."""
         logl, dS = hinge_terms(self.to_h(xi) @ self.Omega.T, self.beta, self.spec.targets,
-                               self.spec.C)
+                               self.spec.C, dtype)
         gh = dS @ self.Omega
         g = -xi.copy()
         for p, r in enumerate(self.rows):
@@ -151,13 +169,7 @@ class LatentHMC(_HMCStep):
         target = WhitenedLatentTarget(self.spec, nat)
         xi0 = target.to_xi(H0)
         eps, n_steps = self._trajectory()
-        p0 = self.rng.standard_normal(xi0.shape)
-        lp0, g = target.logp_grad(xi0)
-        xi, mom = xi0.copy(), p0 + 0.5 * eps * g
-        for i in range(n_steps):
-            xi += eps * mom
-            lp1, g = target.logp_grad(xi)
-            mom += (eps if i < n_steps - 1 else 0.5 * eps) * g
+        xi, p0, mom, lp0, lp1 = self._leapfrog(target, xi0, eps, n_steps)
         log_ratio = (lp1 - 0.5 * np.sum(mom**2, axis=1)) - (lp0 - 0.5 * np.sum(p0**2, axis=1))
         log_ratio = np.where(np.isfinite(log_ratio), log_ratio, -np.inf)
         accept_prob = np.exp(np.minimum(log_ratio, 0.0))
@@ -175,33 +187,65 @@ class LatentHMC(_HMCStep):
 class FrequencyTarget:
     """log p(Ω | H, β, spectral prior) with λ integrated out, in prior-scaled coordinates."""
 
-    def __init__(self, spec, nat: dict) -> None:
+    def __init__(self, spec, nat: dict, scale: np.ndarray | None = None) -> None:
         self.spec, self.nat = spec, nat
         self.H, self.beta = nat["H"], nat["beta"]
-        self.scale = spec.spectral.prior_scale(nat, self.H.shape[1])[None, :]
+        self.scale = (spec.spectral.prior_scale(nat, self.H.shape[1])[None, :]
+                      if scale is None else scale)
 
-    def logp_grad(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
+    def logp_grad(self, theta: np.ndarray, dtype=np.float64) -> tuple[float, np.ndarray]:
         Omega = theta * self.scale
         prior, gprior = self.spec.spectral.prior_logp_grad(Omega, self.nat)
-        logl, dS = hinge_terms(self.H @ Omega.T, self.beta, self.spec.targets, self.spec.C)
+        logl, dS = hinge_terms(self.H @ Omega.T, self.beta, self.spec.targets, self.spec.C,
+                               dtype)
         return prior + logl.sum(), (gprior + dS.T @ self.H) * self.scale
 
 
 class FrequencyHMC(_HMCStep):
-    """HMC for the random-feature frequencies Ω given H, β and the spectral prior."""
+    """HMC for the random-feature frequencies Ω given H, β and the spectral prior.
+
+    Until the middle of tuning the mass matrix is the spectral prior's scale; then it becomes
+    the per-element posterior standard deviation of Ω estimated over the window
+    [0.25, 0.6)·tune (regularised towards the prior scale as in Stan), and the step size
+    re-adapts for the rest of tuning.  Everything is frozen after tuning.
+    """
+
+    def __init__(self, vars, spec, n_tune: int = 0, **kwargs):
+        super().__init__(vars, spec, **kwargs)
+        self.n_tune = n_tune
+        self._reset_mass()
+
+    def _reset_mass(self):
+        self.iteration = 0
+        self.mass_scale = None
+        self._count, self._mean, self._m2 = 0, 0.0, 0.0
+
+    def reset_tuning(self):
+        super().reset_tuning()
+        self._reset_mass()
+
+    def _adapt_mass(self, Omega: np.ndarray, prior_scale: np.ndarray) -> None:
+        start, stop = int(0.25 * self.n_tune), int(0.6 * self.n_tune)
+        if start <= self.iteration < stop:
+            self._count += 1
+            delta = Omega - self._mean
+            self._mean = self._mean + delta / self._count
+            self._m2 = self._m2 + delta * (Omega - self._mean)
+        elif self.iteration == stop and self._count >= 10:
+            n = self._count
+            var = self._m2 / (n - 1)
+            self.mass_scale = np.sqrt(n / (n + 5.0) * var + 5.0 / (n + 5.0) * 1e-3 * prior_scale**2)
+            self.adapt = DualAveraging(self.adapt.step_size(True), self.adapt.target)
+        self.iteration += 1
 
     def step(self, point):
         nat = self.spec.natural(point)
-        target = FrequencyTarget(self.spec, nat)
+        target = FrequencyTarget(self.spec, nat, self.mass_scale)
+        if self.tune:
+            self._adapt_mass(nat["Omega"], target.scale)
         theta0 = nat["Omega"] / target.scale
         eps, n_steps = self._trajectory()
-        p0 = self.rng.standard_normal(theta0.shape)
-        lp0, g = target.logp_grad(theta0)
-        theta, mom = theta0.copy(), p0 + 0.5 * eps * g
-        for i in range(n_steps):
-            theta += eps * mom
-            lp1, g = target.logp_grad(theta)
-            mom += (eps if i < n_steps - 1 else 0.5 * eps) * g
+        theta, p0, mom, lp0, lp1 = self._leapfrog(target, theta0, eps, n_steps)
         log_ratio = (lp1 - 0.5 * np.sum(mom**2)) - (lp0 - 0.5 * np.sum(p0**2))
         if not np.isfinite(log_ratio):
             log_ratio = -np.inf

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import arviz as az
 import numpy as np
 import pymc as pm
+from threadpoolctl import threadpool_limits
 
 from bayesmv.builder import BuiltModel
 from bayesmv.inference.gibbs import BetaLambdaGibbs, DPMixtureGibbs, LatentVariableGibbs
@@ -15,7 +16,7 @@ from bayesmv.inference.hmc import FrequencyHMC, LatentHMC
 from bayesmv.inference.spec import HybridSpec
 
 
-def hybrid_steps(built: BuiltModel, target_accept: float = 0.8) -> list:
+def hybrid_steps(built: BuiltModel, target_accept: float = 0.8, tune: int = 0) -> list:
     """The paper's sampler (Alg. 1) as PyMC step methods, in the paper's order.
 
     β and λ (exact Gibbs) → Ω and H (HMC, λ and U integrated out) → DP mixture (blocked
@@ -28,7 +29,8 @@ def hybrid_steps(built: BuiltModel, target_accept: float = 0.8) -> list:
     beta_vars = [value["beta"]] + ([value["v_log__"]] if spec.precision_prior else [])
     steps = [
         BetaLambdaGibbs(beta_vars, spec, model=model),
-        FrequencyHMC([value["Omega"]], spec, target_accept=target_accept, model=model),
+        FrequencyHMC([value["Omega"]], spec, n_tune=tune, target_accept=target_accept,
+                     model=model),
         LatentHMC([value["H"]], spec, target_accept=target_accept, model=model),
     ]
     if spec.is_dp:
@@ -76,8 +78,11 @@ def run_sampler(
                   compute_convergence_checks=False, return_inferencedata=True,
                   model=built.model)
     if sampler == "hybrid":
-        steps = hybrid_steps(built, target_accept=target_accept)
-        return pm.sample(step=steps, initvals=initvals, **common)
+        steps = hybrid_steps(built, target_accept=target_accept, tune=tune)
+        # numpy's and scipy's OpenBLAS pools spin against each other on small matrices
+        # (a 2x2 triangular solve took 5 ms); the blocks are small, so one thread each
+        with threadpool_limits(limits=1, user_api="blas"):
+            return pm.sample(step=steps, initvals=initvals, **common)
     if sampler == "nuts":
         if nuts_sampler == "nutpie":
             common.pop("cores")
