@@ -1,0 +1,211 @@
+"""M3LAK end to end: the two samplers agree, known parameters are recovered, fits are
+reproducible, fitted models round-trip through netCDF, and bad input fails before sampling."""
+
+import warnings
+
+import arviz as az
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.exceptions import NotFittedError
+
+import bayesmv
+from bayesmv import M3LAK
+from bayesmv.datasets import make_lvm_classification, make_nonlinear_latent
+from bayesmv.diagnostics import ConvergenceWarning
+from bayesmv.models.base import load
+
+TINY = dict(latent_dim=2, n_features=8, view_latent_dim=1, n_components=3, draws=60, tune=60,
+            chains=2, cores=1)
+
+
+def _toy(n=40, seed=0, n_classes=2):
+    X, y = make_nonlinear_latent(n_samples=n, view_dims=(5, 4), latent_dim=2,
+                                 view_latent_dim=1, noise=0.3, random_state=seed)
+    if n_classes == 3:
+        rng = np.random.default_rng(seed)
+        y = np.where(rng.uniform(size=n) < 0.33, 2, y)
+    return X, y
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    X, y = _toy()
+    labels = np.array(["neg", "pos"])[y]
+    with pytest.warns(ConvergenceWarning):  # 60 draws cannot meet the ESS thresholds
+        est = M3LAK(random_seed=7, **TINY).fit(X, labels)
+    return est, X, labels
+
+
+def test_fit_returns_fitted_state(fitted):
+    est, X, labels = fitted
+    assert list(est.classes_) == ["neg", "pos"]
+    idata = est.idata_
+    assert isinstance(idata, az.InferenceData)
+    for group in ("posterior", "sample_stats", "observed_data"):
+        assert group in idata
+    f = idata.posterior["f"]
+    assert f.dims == ("chain", "draw", "sample", "task")
+    assert f.shape == (2, 60, 40, 1)
+    assert "H" not in idata.posterior  # per-sample latents are not stored
+    assert est.convergence_.var_names[0] == "f"
+    assert est.sampling_time_ > 0
+
+
+def test_predictions_have_sklearn_shapes(fitted):
+    est, X, labels = fitted
+    proba = est.predict_proba(X)
+    assert proba.shape == (40, 2)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+    dec = est.decision_function(X)
+    assert dec.shape == (40,)
+    # positive decision values favour classes_[1], as in scikit-learn
+    assert np.mean((dec > 0) == (proba[:, 1] > 0.5)) > 0.9
+    assert set(est.predict(X)) <= {"neg", "pos"}
+    assert est.score(X, labels) > 0.7
+
+
+def test_missing_views_at_prediction(fitted):
+    est, X, labels = fitted
+    X_missing = [X[0].copy(), X[1].copy()]
+    X_missing[1][:10] = np.nan  # view 1 missing for 10 samples
+    dec = est.decision_function(X_missing)
+    proba = est.predict_proba(X_missing)
+    assert np.all(np.isfinite(dec)) and np.all(np.isfinite(proba))
+    # samples with every view present are unaffected by their neighbours' missing views
+    np.testing.assert_allclose(dec[10:], est.decision_function(X)[10:])
+
+
+def test_save_load_predicts_identically(fitted, tmp_path):
+    est, X, labels = fitted
+    path = est.save(tmp_path / "m3lak.nc")
+    loaded = bayesmv.load(path)
+    assert isinstance(loaded, M3LAK)
+    assert loaded.get_params() == est.get_params()
+    np.testing.assert_array_equal(loaded.classes_, est.classes_)
+    np.testing.assert_array_equal(loaded.decision_function(X), est.decision_function(X))
+    np.testing.assert_array_equal(loaded.predict_proba(X), est.predict_proba(X))
+    assert az.from_netcdf(str(path)).posterior["f"].shape == (2, 60, 40, 1)
+
+
+def test_load_refuses_other_files_and_types(fitted, tmp_path):
+    est, X, labels = fitted
+
+    class Other:
+        pass
+
+    path = est.save(tmp_path / "m3lak.nc")
+    with pytest.raises(TypeError, match="holds a M3LAK, not a Other"):
+        load(path, expected=Other)
+    plain = tmp_path / "plain.nc"
+    az.from_dict(posterior={"x": np.zeros((1, 3))}).to_netcdf(str(plain))
+    with pytest.raises(ValueError, match="no bayesmv model description"):
+        bayesmv.load(plain)
+
+
+def test_bad_input_fails_before_sampling_and_keeps_fitted_state(fitted):
+    est, X, labels = fitted
+    idata_before = est.idata_
+    bad_partial = [X[0].copy(), X[1].copy()]
+    bad_partial[0][3, 1] = np.nan
+    with pytest.raises(ValueError, match="view 0.*partially missing"):
+        est.fit(bad_partial, labels)
+    with pytest.raises(ValueError, match="y"):
+        est.fit(X, labels[:-1])
+    with pytest.raises(ValueError, match="C must be a positive"):
+        clone(est).set_params(C=-1.0).fit(X, labels)
+    with pytest.raises(ValueError, match="sampler must be"):
+        clone(est).set_params(sampler="gibbs").fit(X, labels)
+    with pytest.raises(ValueError, match="fitted on 2"):
+        est.predict([X[0]])
+    with pytest.raises(ValueError, match="features"):
+        est.predict([X[0][:, :3], X[1]])
+    assert est.idata_ is idata_before
+    with pytest.raises(NotFittedError):
+        M3LAK().predict(X)
+
+
+def test_sklearn_conventions():
+    est = M3LAK(C=2.0, latent_dim=4)
+    assert clone(est).get_params() == est.get_params()
+    est.set_params(n_features=12)
+    assert est.n_features == 12 and not hasattr(est, "idata_")
+
+
+def test_single_array_with_view_sizes_and_multiclass():
+    X, y = _toy(n=36, seed=1, n_classes=3)
+    X_concat = np.hstack(X)
+    est = M3LAK(view_sizes=(5, 4), random_seed=1, **TINY)
+    with pytest.warns(ConvergenceWarning):
+        est.fit(X_concat, y)
+    assert est.idata_.posterior["f"].shape[-1] == 3  # one-vs-rest tasks, shared latent space
+    assert est.decision_function(X_concat).shape == (36, 3)
+    proba = est.predict_proba(X_concat)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+    assert est.score(X_concat, y) > 0.5
+
+
+def test_reproducible_with_random_seed():
+    X, y = _toy(n=30, seed=2)
+    params = dict(TINY, draws=20, tune=20)
+    with pytest.warns(ConvergenceWarning):
+        a = M3LAK(random_seed=11, **params).fit(X, y)
+        b = M3LAK(random_seed=11, **params).fit(X, y)
+        c = M3LAK(random_seed=12, **params).fit(X, y)
+    np.testing.assert_array_equal(a.idata_.posterior["f"], b.idata_.posterior["f"])
+    np.testing.assert_array_equal(a.predict_proba(X), b.predict_proba(X))
+    assert not np.array_equal(a.idata_.posterior["f"], c.idata_.posterior["f"])
+
+
+def test_gaussian_spectral_and_learned_prior_precision():
+    X, y = _toy(n=30, seed=3)
+    est = M3LAK(spectral="gaussian", v_prior=(2.0, 2.0), random_seed=0,
+                **dict(TINY, draws=30, tune=30))
+    with pytest.warns(ConvergenceWarning):
+        est.fit(X, y)
+    post = est.idata_.posterior
+    assert "v" in post and "dp_weights" not in post
+    assert "v" in est.convergence_.var_names
+    assert np.all(post["v"] > 0)
+
+
+@pytest.mark.slow
+def test_parameter_recovery_from_the_generative_model():
+    """Noise precisions of the LVM are recovered and a separable labelling is learned."""
+    tau = (4.0, 9.0)
+    X, y, truth = make_lvm_classification(n_samples=240, view_dims=(10, 8), latent_dim=2,
+                                          view_latent_dim=1, tau=tau, random_state=5)
+    train, test = np.arange(160), np.arange(160, 240)
+    est = M3LAK(latent_dim=2, view_latent_dim=1, n_features=20, n_components=5, eta=1.0,
+                standardize=False, draws=150, tune=150, chains=2, cores=1, random_seed=2)
+    est.fit([x[train] for x in X], y[train])
+    tau_mean = est.idata_.posterior["tau"].mean(("chain", "draw")).values
+    np.testing.assert_allclose(tau_mean, tau, rtol=0.2)
+    assert est.score([x[train] for x in X], y[train]) > 0.9
+    assert est.score([x[test] for x in X], y[test]) > 0.85
+
+
+@pytest.mark.slow
+def test_hybrid_and_nuts_target_the_same_posterior():
+    """Posterior means of held-out decision values agree within Monte-Carlo error."""
+    X, y = make_nonlinear_latent(n_samples=40, view_dims=(8, 6), latent_dim=2,
+                                 view_latent_dim=1, noise=0.3, random_state=0)
+    X_train, X_test = [x[:30] for x in X], [x[30:36] for x in X]
+    summaries = {}
+    for sampler, draws in (("hybrid", 500), ("nuts", 250)):
+        est = M3LAK(latent_dim=2, n_features=5, view_latent_dim=1, n_components=3,
+                    sampler=sampler, draws=draws, tune=draws, chains=2, cores=1,
+                    random_seed=3, max_predict_draws=10**6)
+        with warnings.catch_warnings():
+            # judged below by the agreement itself, whatever the per-chain ESS thresholds say
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            est.fit(X_train, y[:30])
+        f = est._predictive_f(X_test, sample_latent=False)[..., 0].reshape(2, draws, -1)
+        ds = az.convert_to_dataset({"f": f})
+        summaries[sampler] = (f.mean(axis=(0, 1)), az.mcse(ds)["f"].values)
+    (m_h, se_h), (m_n, se_n) = summaries["hybrid"], summaries["nuts"]
+    z = (m_h - m_n) / np.sqrt(se_h**2 + se_n**2)
+    # six held-out points: |z| < 3.5 each keeps the family-wise false alarm rate below 0.3 %
+    assert np.all(np.abs(z) < 3.5), z
+    # the comparison has power: Monte-Carlo errors are small against the spread of f
+    assert np.all(se_h < 0.1) and np.all(se_n < 0.1) and np.ptp(m_h) > 1.0
