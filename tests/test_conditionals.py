@@ -263,3 +263,21 @@ def test_margin_edge_cases_are_finite():
     beta_full = np.array([[0.0, 0.0, 0.0, 0.0, 1.0]])  # f = 1 exactly
     logl, dS = hinge_terms(S, beta_full, np.ones((2, 1)), 1.0)
     assert np.all(logl == 0) and np.all(np.isfinite(dS))
+
+
+def test_spectral_rescaling_ratio_matches_joint(collapsed):
+    """(Ω, μ, σ²) → (cΩ, cμ, c²σ²): the move's log ratio is the joint's change plus the
+    log-Jacobian (M·m + K·m + 2·K·m)·log c of the map in natural coordinates."""
+    built, point, logp, spec = collapsed
+    nat = spec.natural(point)
+    M, m = nat["Omega"].shape
+    K = spec.spectral.n_components
+    for c in (0.7, 1.3):
+        updates, log_prior_jac = spec.spectral.rescale(nat, c)
+        S = nat["H"] @ nat["Omega"].T
+        hinge = (hinge_terms(c * S, nat["beta"], spec.targets, spec.C)[0].sum()
+                 - hinge_terms(S, nat["beta"], spec.targets, spec.C)[0].sum())
+        moved = dict(point, Omega=c * nat["Omega"], dp_mu=updates["dp_mu"],
+                     dp_sigma2_log__=np.log(updates["dp_sigma2"]))
+        expected = float(logp(moved) - logp(point)) + (M * m + 3 * K * m) * np.log(c)
+        assert hinge + log_prior_jac == pytest.approx(expected, rel=1e-9)

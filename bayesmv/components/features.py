@@ -90,6 +90,14 @@ class GaussianSpectral(Component):
     def prior_scale(self, draw: dict, m: int) -> np.ndarray:
         return np.full(m, self.scale(m))
 
+    def rescale(self, draw: dict, c: float) -> tuple[dict, float]:
+        """Scale the frequencies by c; return the scaled draw's spectral parameters and the
+        log of [prior ratio × Jacobian] of the move Ω → cΩ (see FrequencyHMC)."""
+        Omega = draw["Omega"]
+        s2 = self.scale(Omega.shape[1]) ** 2
+        log_ratio = -0.5 * (c**2 - 1.0) * float(np.sum(Omega**2)) / s2 + Omega.size * np.log(c)
+        return {}, log_ratio
+
 
 class DPMixtureSpectral(Component):
     """Truncated DP mixture of diagonal Gaussians as the spectral density.
@@ -170,6 +178,18 @@ class DPMixtureSpectral(Component):
         resp = np.exp(comp - total)  # (M, K)
         grad = -np.einsum("jk,jkd->jd", resp, (Omega[:, None, :] - mu[None]) / sigma2[None])
         return float(total.sum()), grad
+
+    def rescale(self, draw: dict, c: float) -> tuple[dict, float]:
+        """Joint move (Ω, μ, σ²) → (cΩ, cμ, c²σ²): new (μ, σ²) and log[prior ratio × Jacobian].
+
+        The mixture density of Ω is invariant up to c^{-Mm}, which cancels Ω's Jacobian c^{Mm};
+        what remains per (k, d) is the normal–inverse-gamma base measure's change plus the
+        Jacobian c³ of (μ, σ²): ``-2 a₀ log c - b₀ (c⁻² - 1) / σ²``.
+        """
+        sigma2 = draw["dp_sigma2"]
+        log_ratio = float(np.sum(-2.0 * self.a0 * np.log(c)
+                                 - self.b0(sigma2.shape[1]) * (c**-2 - 1.0) / sigma2))
+        return {"dp_mu": c * draw["dp_mu"], "dp_sigma2": c**2 * sigma2}, log_ratio
 
     def prior_scale(self, draw: dict, m: int) -> np.ndarray:
         """Per-dimension standard deviation of the current mixture (a mass-matrix scale)."""
