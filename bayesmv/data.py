@@ -258,19 +258,23 @@ def _view_label(i: int, names: Sequence[str] | None) -> str:
     return f"view {i} ({names[i]!r})" if names is not None else f"view {i}"
 
 
+def _reject_sparse_and_series(x: Any, where: str) -> None:
+    if sp.issparse(x):
+        raise TypeError(
+            f"{where} is a sparse matrix, which is not supported here; "
+            "densify it first (e.g. with .toarray())"
+        )
+    if isinstance(x, pd.Series):
+        raise ValueError(f"{where} must be 2-D, got a pandas Series of shape {x.shape}")
+
+
 def _to_float_view(v: Any, where: str, copy: bool, hint: str = "") -> np.ndarray:
     """Convert one view to a float64 C-contiguous 2-D array with clear errors.
 
     Hand-written rather than sklearn's ``check_array`` because its messages cannot name the view,
     and its finiteness keyword changed name between supported scikit-learn versions.
     """
-    if sp.issparse(v):
-        raise TypeError(
-            f"{where} is a sparse matrix, which is not supported here; "
-            "densify it first (e.g. with .toarray())"
-        )
-    if isinstance(v, pd.Series):
-        raise ValueError(f"{where} must be 2-D, got a pandas Series of shape {v.shape}")
+    _reject_sparse_and_series(v, where)
     if isinstance(v, pd.DataFrame):
         bad = [
             str(c)
@@ -308,13 +312,7 @@ def _split_single(
     X: Any, view_sizes: Sequence[int] | None, layout: ViewLayout | None, argument: str
 ) -> list[Any]:
     """Split one 2-D array or DataFrame column-wise into views."""
-    if sp.issparse(X):
-        raise TypeError(
-            f"{argument} is a sparse matrix, which is not supported here; "
-            "densify it first (e.g. with .toarray())"
-        )
-    if isinstance(X, pd.Series):
-        raise ValueError(f"{argument} must be 2-D, got a pandas Series of shape {X.shape}")
+    _reject_sparse_and_series(X, argument)
     frame = isinstance(X, pd.DataFrame)
     arr = X if frame else np.asarray(X)
     if arr.ndim != 2:

@@ -91,30 +91,84 @@ class _HybridStep(BlockedStep):
         return Competence.INCOMPATIBLE
 
 
-class BetaLambdaGibbs(_HybridStep):
-    """λ | f (inverse Gaussian), then β | λ (Gaussian), then v | β (Gamma) when v is learned."""
+def collapsed_log_marginal(Phi: np.ndarray, targets: np.ndarray, lams: list, C: float,
+                           v: float) -> tuple[float, list]:
+    """log p(y, λ | Ω, H) with β ~ N(0, v⁻¹ I) integrated out, up to terms free of Φ.
 
-    stats_dtypes_shapes = {"mean_lambda": (float, [])}
+    Given λ the augmented hinge is Gaussian in f: ``(1/C)·N(z; f, λ/C²)`` with
+    ``z = y(1 + λ/C)``, so ``∫ p(β) Π_n (…) dβ = N(z; 0, Φ Φᵀ/v + diag(λ/C²))``; by Woodbury
+    and the determinant lemma its Φ-dependent part is ``½ bᵀA⁻¹b - ½ log|A|`` with
+    ``A = vI + C² Φᵀ diag(1/λ) Φ`` and ``b = Φᵀ C(1 + C/λ) y`` — the precision and linear term
+    of β's conditional.  Returns the value and each task's (mean, Cholesky) of β | λ.
+    """
+    total, conditionals = 0.0, []
+    for t, lam in enumerate(lams):
+        mean, chol = beta_conditional(Phi, targets[:, t], lam, C, v)
+        b = Phi.T @ (C * (1.0 + C / lam) * targets[:, t])
+        total += 0.5 * float(b @ mean) - float(np.sum(np.log(np.diag(chol))))
+        conditionals.append((mean, chol))
+    return total, conditionals
+
+
+class BetaLambdaGibbs(_HybridStep):
+    """λ | f, then a joint rescaling of the frequencies with β integrated out, then β | λ, then
+    v | β when v is learned.
+
+    The rescaling ``(Ω, μ, σ²) → (cΩ, cμ, c²σ²)`` (a group move on log c, Liu & Sabatti 2000)
+    changes the kernel's bandwidth.  With β held fixed it could barely move (every f
+    changes), so it targets ``p(Ω, μ, σ² | λ, H)`` with β integrated out given λ, and β is then
+    drawn afresh from its exact conditional: a partially collapsed Gibbs step (van Dyk & Park
+    2008).  It writes Ω and the spectral prior's μ, σ², which other blocks also update.
+    """
+
+    stats_dtypes_shapes = {"mean_lambda": (float, []), "scale_accept": (float, [])}
+
+    def __init__(self, vars, spec, **kwargs):
+        super().__init__(vars, spec, **kwargs)
+        self.reset_scale()
+
+    def reset_scale(self):
+        self.log_scale_sd = np.log(0.05)
+        self.iteration = 0
+
+    def reset_tuning(self):
+        super().reset_tuning()
+        self.reset_scale()
 
     def step(self, point):
         s, nat = self.spec, self.spec.natural(point)
-        Phi = fourier_features(nat["H"], nat["Omega"])
-        beta = nat["beta"].copy()
-        F = Phi @ beta.T
-        lam_means = []
-        for t in range(s.targets.shape[1]):
-            y = s.targets[:, t]
-            lam = sample_lambda(s.C * (1.0 - y * F[:, t]), self.rng)
-            mean, chol = beta_conditional(Phi, y, lam, s.C, nat["v"])
-            beta[t] = draw_gaussian_from_precision(mean, chol, self.rng)
-            lam_means.append(lam.mean())
+        H, Omega = nat["H"], nat["Omega"]
+        Phi = fourier_features(H, Omega)
+        F = Phi @ nat["beta"].T
+        lams = [sample_lambda(s.C * (1.0 - s.targets[:, t] * F[:, t]), self.rng)
+                for t in range(s.targets.shape[1])]
+        logm, conditionals = collapsed_log_marginal(Phi, s.targets, lams, s.C, nat["v"])
         new = dict(point)
+        c = float(np.exp(self.rng.normal(0.0, np.exp(self.log_scale_sd))))
+        updates, log_prior_jac = s.spectral.rescale(nat, c)
+        logm_c, conditionals_c = collapsed_log_marginal(
+            fourier_features(H, c * Omega), s.targets, lams, s.C, nat["v"])
+        log_ratio = logm_c - logm + log_prior_jac
+        accepted = bool(np.log(self.rng.uniform()) < log_ratio)
+        if accepted:
+            conditionals = conditionals_c
+            new["Omega"] = c * Omega
+            if "dp_mu" in updates:
+                new["dp_mu"] = updates["dp_mu"]
+                new["dp_sigma2_log__"] = np.log(updates["dp_sigma2"])
+        if self.tune:  # Robbins–Monro towards the 1-D optimum acceptance 0.44
+            rate = float(np.exp(min(log_ratio, 0.0)))
+            self.iteration += 1
+            self.log_scale_sd += (rate - 0.44) / np.sqrt(self.iteration)
+        beta = np.array([draw_gaussian_from_precision(mean, chol, self.rng)
+                         for mean, chol in conditionals])
         new["beta"] = beta
         if s.precision_prior is not None:
             a_v, b_v = s.precision_prior
             v = self.rng.gamma(a_v + 0.5 * beta.size, 1.0 / (b_v + 0.5 * np.sum(beta**2)))
             new["v_log__"] = np.array(np.log(v))
-        return new, [{"mean_lambda": float(np.mean(lam_means))}]
+        return new, [{"mean_lambda": float(np.mean([lam.mean() for lam in lams])),
+                      "scale_accept": float(accepted)}]
 
 
 def view_latent_conditional(Xo, Ho, W, V, tau) -> tuple[np.ndarray, np.ndarray]:

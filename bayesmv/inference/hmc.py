@@ -204,20 +204,11 @@ class FrequencyTarget:
 class FrequencyHMC(_HMCStep):
     """HMC for the random-feature frequencies Ω given H, β and the spectral prior.
 
-    After the HMC move, a few Metropolis moves rescale Ω together with the spectral prior's
-    component locations and scales, ``(Ω, μ, σ²) → (cΩ, cμ, c²σ²)`` with a symmetric random
-    walk on log c (a group move, Liu & Sabatti 2000; acceptance ratio = posterior ratio ×
-    Jacobian).  It moves the kernel's overall bandwidth in one step, a direction the
-    alternation of Ω | prior and prior | Ω explores only slowly.
-
     Until the middle of tuning the mass matrix is the spectral prior's scale; then it becomes
     the per-element posterior standard deviation of Ω estimated over the window
     [0.25, 0.6)·tune (regularised towards the prior scale as in Stan), and the step size
     re-adapts for the rest of tuning.  Everything is frozen after tuning.
     """
-
-    stats_dtypes_shapes = dict(_HMCStep.stats_dtypes_shapes, scale_accept=(float, []))
-    n_scale_moves = 3
 
     def __init__(self, vars, spec, n_tune: int = 0, max_steps: int = 10, **kwargs):
         # short trajectories: Ω's conditional moves with β every sweep, and at N = 700
@@ -227,7 +218,6 @@ class FrequencyHMC(_HMCStep):
         self._reset_mass()
 
     def _reset_mass(self):
-        self.log_scale_sd = np.log(0.05)
         self.iteration = 0
         self.mass_scale = None
         self._count, self._mean, self._m2 = 0, 0.0, 0.0
@@ -267,34 +257,5 @@ class FrequencyHMC(_HMCStep):
             new["Omega"] = theta * target.scale
         if self.tune:
             self.adapt.update(accept_prob)
-        scale_accept = self._rescale(new, nat)
         return new, [{"step_size": eps, "accept": accept_prob, "n_steps": n_steps,
-                      "diverging": bool(log_ratio < -self.max_energy_error),
-                      "scale_accept": scale_accept}]
-
-    def _rescale(self, new: dict, nat: dict) -> float:
-        """Metropolis moves on the joint scale of Ω and its spectral prior (in place)."""
-        s, spectral = self.spec, self.spec.spectral
-        state = dict(nat, Omega=new["Omega"])
-        S = nat["H"] @ state["Omega"].T
-        logl = hinge_terms(S, nat["beta"], s.targets, s.C)[0].sum()
-        accepted = 0
-        for _ in range(self.n_scale_moves):
-            c = float(np.exp(self.rng.normal(0.0, np.exp(self.log_scale_sd))))
-            logl_c = hinge_terms(c * S, nat["beta"], s.targets, s.C)[0].sum()
-            updates, log_prior_jac = spectral.rescale(state, c)
-            log_ratio = logl_c - logl + log_prior_jac
-            take = np.log(self.rng.uniform()) < log_ratio
-            if take:
-                accepted += 1
-                S, logl = c * S, logl_c
-                state.update(updates, Omega=c * state["Omega"])
-            if self.tune:  # Robbins–Monro towards the 1-D optimum acceptance 0.44
-                rate = min(1.0, np.exp(min(log_ratio, 0.0)))
-                self.log_scale_sd += (rate - 0.44) / np.sqrt(self.iteration + 1.0)
-        if accepted:
-            new["Omega"] = state["Omega"]
-            if "dp_mu" in state and s.is_dp:
-                new["dp_mu"] = state["dp_mu"]
-                new["dp_sigma2_log__"] = np.log(state["dp_sigma2"])
-        return accepted / max(self.n_scale_moves, 1)
+                      "diverging": bool(log_ratio < -self.max_energy_error)}]
