@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numbers
+import os
 import time
 
 import numpy as np
@@ -55,7 +56,8 @@ class M3LAK(MultiViewClassifier):
     draws, tune, chains : int
         Posterior draws and tuning iterations per chain, number of chains.
     cores : int or None
-        Chains run in parallel on this many processes (PyMC's default when None).
+        Chains run in parallel on this many processes (one per chain, up to the CPU count,
+        when None).
     random_seed : int or None
         Seed: the same seed gives the same fit and the same predictions.
     view_latent_dim : int, default 5
@@ -234,7 +236,7 @@ class M3LAK(MultiViewClassifier):
         start = time.perf_counter()
         idata = run_sampler(
             built, sampler=self.sampler, draws=self.draws, tune=self.tune, chains=self.chains,
-            cores=self.cores, random_seed=self.random_seed, trace_vars=trace_vars,
+            cores=self._cores(), random_seed=self.random_seed, trace_vars=trace_vars,
             progressbar=self.progressbar, target_accept=self.target_accept,
             nuts_sampler=self.nuts_sampler)
         elapsed = time.perf_counter() - start
@@ -252,6 +254,12 @@ class M3LAK(MultiViewClassifier):
         self.convergence_ = check_convergence(idata)
         warn_if_not_converged(self.convergence_)
         return self
+
+    def _cores(self) -> int:
+        # PyMC's own default halves the CPU count (assuming hyper-threads), which runs two
+        # chains one after the other on a 2-core machine
+        return self.cores if self.cores is not None else max(1, min(self.chains,
+                                                                     os.cpu_count() or 1))
 
     @property
     def sampling_time_(self) -> float:
