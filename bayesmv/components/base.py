@@ -8,10 +8,8 @@ prediction on new data needs.  Components communicate through :class:`BuildConte
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
-import pytensor.tensor as pt
 
 from bayesmv.data import MultiViewData
 
@@ -49,15 +47,5 @@ class BuildContext:
 
 
 class Component:
-    """Base class: a piece of the graph with a prefix-free set of variable names."""
-
-    #: names of the model variables the component creates (filled by ``build``)
-    var_names: tuple[str, ...] = ()
-
-    def get_config(self) -> dict[str, Any]:
-        """JSON-serialisable constructor arguments (for saving fitted models)."""
-        return dict(self.__dict__)
-
-
-def as_tensor(x: Any) -> pt.TensorVariable:
-    return pt.as_tensor_variable(np.asarray(x, dtype=float))
+    """Base class of the pieces: ``build`` adds variables to the open ``pm.Model`` and
+    returns the tensor the next piece consumes; ``initial_values`` proposes a start."""

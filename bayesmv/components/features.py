@@ -53,11 +53,6 @@ def logsumexp(a: np.ndarray, axis: int, keepdims: bool = False) -> np.ndarray:
     return out if keepdims else np.squeeze(out, axis=axis)
 
 
-def mixture_logp_np(Omega, weights, mu, sigma2):
-    """Log-density of each row of Ω under a diagonal Gaussian mixture (NumPy), shape (M,)."""
-    return logsumexp(_component_logp_np(Omega, mu, sigma2) + np.log(weights), axis=1)
-
-
 def _component_logp_np(Omega, mu, sigma2):
     diff = Omega[:, None, :] - mu[None, :, :]
     return -0.5 * np.sum(diff**2 / sigma2 + np.log(2 * np.pi * sigma2), axis=2)

@@ -150,22 +150,34 @@ class SharedLatent(Component):
         Returns ``(mean, chol, pattern)``: means (n, m), Cholesky factors of the precision
         per missing-view pattern (n_patterns, m, m) and each sample's pattern index (n,).
         """
-        m = self.latent_dim
-        n = data.n_samples
-        b = np.zeros((n, m))
-        G = []
-        for v, Xv in enumerate(data.views):
-            Gv, Qv = view_noise_terms(draw[f"W_{v}"], draw[f"V_{v}"], float(draw["tau"][v]))
-            G.append(Gv)
-            obs = data.observed[:, v]
-            b[obs] += Xv[obs] @ Qv
+        idx = [np.flatnonzero(data.observed[:, v]) for v in range(data.n_views)]
         patterns, pattern = np.unique(data.observed, axis=0, return_inverse=True)
         pattern = pattern.reshape(-1)
-        chols = np.empty((len(patterns), m, m))
-        mean = np.empty((n, m))
-        for p, mask in enumerate(patterns):
-            P = np.eye(m) + sum(G[v] for v in np.flatnonzero(mask))
-            chols[p] = np.linalg.cholesky(P)
-            rows = pattern == p
-            mean[rows] = linalg.cho_solve((chols[p], True), b[rows].T).T
+        mean, chols = latent_gaussian(draw, [X[i] for X, i in zip(data.views, idx, strict=True)],
+                                      idx, patterns, pattern)
         return mean, chols, pattern
+
+
+def latent_gaussian(draw: dict, observed_views, observed_index, patterns: np.ndarray,
+                    pattern_of_row: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``p(h | x) ∝ N(h | 0, I) Π_{v observed} N(x_v | W_v h, Ψ_v)`` row by row.
+
+    The precision ``P = I + Σ_{v observed} W_vᵀ Ψ_v⁻¹ W_v`` depends only on which views a row
+    has, so it is factored once per missing-view pattern.  Returns the means (n, m) and the
+    lower Cholesky factors of P per pattern (n_patterns, m, m).
+    """
+    m = draw["W_0"].shape[1]
+    n = len(pattern_of_row)
+    b = np.zeros((n, m))
+    G = []
+    for v, (Xo, idx) in enumerate(zip(observed_views, observed_index, strict=True)):
+        Gv, Qv = view_noise_terms(draw[f"W_{v}"], draw[f"V_{v}"], float(draw["tau"][v]))
+        G.append(Gv)
+        b[idx] += Xo @ Qv
+    chols = np.empty((len(patterns), m, m))
+    mean = np.empty((n, m))
+    for p, mask in enumerate(patterns):
+        chols[p] = np.linalg.cholesky(np.eye(m) + sum(G[v] for v in np.flatnonzero(mask)))
+        rows = pattern_of_row == p
+        mean[rows] = linalg.cho_solve((chols[p], True), b[rows].T).T
+    return mean, chols

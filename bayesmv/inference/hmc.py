@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import linalg
 
-from bayesmv.components.latent import view_noise_terms
+from bayesmv.components.latent import latent_gaussian
 from bayesmv.inference.gibbs import _HybridStep
 
 
@@ -119,23 +119,12 @@ class WhitenedLatentTarget:
 
     def __init__(self, spec, nat: dict) -> None:
         self.spec, self.Omega, self.beta = spec, nat["Omega"], nat["beta"]
-        n, m = nat["H"].shape
-        b = np.zeros((n, m))
-        G = []
-        for v, (Xo, idx) in enumerate(zip(spec.views, spec.observed_index, strict=True)):
-            Gv, Qv = view_noise_terms(nat[f"W_{v}"], nat[f"V_{v}"], float(nat["tau"][v]))
-            G.append(Gv)
-            b[idx] += Xo @ Qv
-        self.mean = np.empty((n, m))
-        self.L = np.empty((len(spec.patterns), m, m))
-        self.Linv = np.empty_like(self.L)
+        m = nat["H"].shape[1]
+        self.mean, self.L = latent_gaussian(nat, spec.views, spec.observed_index,
+                                            spec.patterns, spec.pattern_of_row)
+        self.Linv = np.array([linalg.solve_triangular(L, np.eye(m), lower=True)
+                              for L in self.L])
         self.rows = [np.flatnonzero(spec.pattern_of_row == p) for p in range(len(spec.patterns))]
-        for p, mask in enumerate(spec.patterns):
-            P = np.eye(m) + sum(G[v] for v in np.flatnonzero(mask))
-            self.L[p] = np.linalg.cholesky(P)
-            self.Linv[p] = linalg.solve_triangular(self.L[p], np.eye(m), lower=True)
-            r = self.rows[p]
-            self.mean[r] = linalg.cho_solve((self.L[p], True), b[r].T).T
 
     def to_h(self, xi: np.ndarray) -> np.ndarray:
         h = np.empty_like(xi)
