@@ -87,7 +87,7 @@ class GaussianSpectral(Component):
 
     def rescale(self, draw: dict, c: float) -> tuple[dict, float]:
         """Scale the frequencies by c; return the scaled draw's spectral parameters and the
-        log of [prior ratio × Jacobian] of the move Ω → cΩ (see FrequencyHMC)."""
+        log of [prior ratio × Jacobian] of the move Ω → cΩ (see BetaLambdaGibbs)."""
         Omega = draw["Omega"]
         s2 = self.scale(Omega.shape[1]) ** 2
         log_ratio = -0.5 * (c**2 - 1.0) * float(np.sum(Omega**2)) / s2 + Omega.size * np.log(c)

@@ -44,17 +44,21 @@ def sample_lambda(a: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return np.maximum(lam, _LAMBDA_FLOOR)
 
 
+def _beta_precision_and_linear(Phi, y, lam, C, v) -> tuple[np.ndarray, np.ndarray]:
+    """Cholesky factor of β's conditional precision and its linear term (paper eq. 1)."""
+    prec = C**2 * (Phi.T @ (Phi / lam[:, None]))
+    prec[np.diag_indices_from(prec)] += v
+    return linalg.cholesky(prec, lower=True), Phi.T @ (C * (1.0 + C / lam) * y)
+
+
 def beta_conditional(Phi: np.ndarray, y: np.ndarray, lam: np.ndarray, C: float, v: float
                      ) -> tuple[np.ndarray, np.ndarray]:
     """Mean and Cholesky factor of the precision of β | λ (paper eq. 1).
 
     ``Σ⁻¹ = v I + C² Σ_n φ̃_n φ̃_nᵀ / λ_n``, ``μ = Σ · Σ_n C (1 + C/λ_n) y_n φ̃_n``.
     """
-    prec = C**2 * (Phi.T @ (Phi / lam[:, None]))
-    prec[np.diag_indices_from(prec)] += v
-    chol = linalg.cholesky(prec, lower=True)
-    mean = linalg.cho_solve((chol, True), Phi.T @ (C * (1.0 + C / lam) * y))
-    return mean, chol
+    chol, lin = _beta_precision_and_linear(Phi, y, lam, C, v)
+    return linalg.cho_solve((chol, True), lin), chol
 
 
 def draw_gaussian_from_precision(mean: np.ndarray, chol: np.ndarray,
@@ -103,8 +107,8 @@ def collapsed_log_marginal(Phi: np.ndarray, targets: np.ndarray, lams: list, C: 
     """
     total, conditionals = 0.0, []
     for t, lam in enumerate(lams):
-        mean, chol = beta_conditional(Phi, targets[:, t], lam, C, v)
-        b = Phi.T @ (C * (1.0 + C / lam) * targets[:, t])
+        chol, b = _beta_precision_and_linear(Phi, targets[:, t], lam, C, v)
+        mean = linalg.cho_solve((chol, True), b)
         total += 0.5 * float(b @ mean) - float(np.sum(np.log(np.diag(chol))))
         conditionals.append((mean, chol))
     return total, conditionals
