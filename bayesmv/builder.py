@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pymc as pm
 
-from bayesmv.components.base import BuildContext, Component
+from bayesmv.components.base import BuildContext, Component, Identity
 from bayesmv.data import MultiViewData
 
 
@@ -42,14 +42,24 @@ class ModelBuilder:
 
     Parameters
     ----------
-    representation : Component
-        Maps the views to what the features see (e.g. :class:`SharedLatent`).
+    representation : Component or None
+        Maps the views to what the features see (e.g. :class:`SharedLatent`); ``None`` means
+        :class:`~bayesmv.components.base.Identity` (the views as given).
     feature_map : Component
-        E.g. :class:`RandomFourierFeatures`.
+        E.g. :class:`RandomFourierFeatures`, :class:`ViewKernels`, :class:`LandmarkFeatures`.
     combiner : Component
-        E.g. :class:`SumCombiner` (one weight vector per task).
+        E.g. :class:`SumCombiner` (one weight vector per task), :class:`RhoTensorCombiner`.
     likelihood : Component
-        E.g. :class:`HingeLikelihood`.
+        E.g. :class:`HingeLikelihood`, :class:`GaussianLikelihood`.
+
+    Notes
+    -----
+    Each piece's ``build`` receives what the previous one returned; sizes and coordinates
+    travel through the :class:`BuildContext`, so any feature map can feed any combiner that
+    understands its output.  Models whose pieces are conjugate (Gaussian weights, Gaussian
+    likelihood) are also solved in closed form from the same pieces' NumPy methods; the graph
+    then serves as the reference density (tests compare the two) and for sampling
+    hyper-parameters.
 
     Examples
     --------
@@ -61,34 +71,16 @@ class ModelBuilder:
     ...                        SumCombiner(), HingeLikelihood(C=1.0))
     """
 
-    def __init__(self, representation: Component, feature_map: Component,
+    def __init__(self, representation: Component | None, feature_map: Component,
                  combiner: Component, likelihood: Component) -> None:
-        self.representation = representation
+        self.representation = representation if representation is not None else Identity()
         self.feature_map = feature_map
         self.combiner = combiner
         self.likelihood = likelihood
 
     @property
-    def latent_dim(self) -> int:
-        return int(self.representation.latent_dim)
-
-    @property
-    def n_outputs(self) -> int:
-        return 2 * int(self.feature_map.n_features) + 1
-
-    def coords(self, data: MultiViewData, targets: np.ndarray) -> dict[str, Any]:
-        coords = {
-            "sample": np.arange(data.n_samples),
-            "view": list(data.view_names),
-            "task": np.arange(targets.shape[1]),
-            "latent": np.arange(self.latent_dim),
-            "feature": np.arange(self.n_outputs),
-            "frequency": np.arange(self.feature_map.n_features),
-        }
-        spectral = getattr(self.feature_map, "spectral", None)
-        if hasattr(spectral, "n_components"):
-            coords["component"] = np.arange(spectral.n_components)
-        return coords
+    def pieces(self) -> tuple[Component, Component, Component, Component]:
+        return (self.representation, self.feature_map, self.combiner, self.likelihood)
 
     def build(self, data: MultiViewData, targets: np.ndarray, *, augmented: bool = False
               ) -> BuiltModel:
@@ -99,7 +91,7 @@ class ModelBuilder:
         data : MultiViewData
             Validated (and usually standardised) views.
         targets : ndarray of shape (n_samples, n_tasks)
-            ±1 targets.
+            One column per task (±1 for the classification likelihoods).
         augmented : bool
             Keep the augmentation variables (hinge λ, view latents U) explicit.  Samplers use
             the collapsed graph; the augmented one is the joint the Gibbs steps are derived from.
@@ -108,22 +100,18 @@ class ModelBuilder:
         if targets.ndim != 2 or targets.shape[0] != data.n_samples:
             raise ValueError("targets must have shape (n_samples, n_tasks)")
         ctx = BuildContext(data=data, targets=targets, augmented=augmented)
-        with pm.Model(coords=self.coords(data, targets)) as model:
-            Z = self.representation.build(ctx)
-            Phi = self.feature_map.build(ctx, Z, self.latent_dim)
-            f = self.combiner.build(ctx, Phi, self.n_outputs)
-            self.likelihood.build(ctx, f)
+        coords = {"sample": np.arange(data.n_samples), "view": list(data.view_names),
+                  "task": np.arange(targets.shape[1])}
+        with pm.Model(coords=coords) as model:
+            out: Any = None
+            for piece in self.pieces:
+                out = piece.build(ctx, out)
         return BuiltModel(model=model, context=ctx, builder=self)
 
     def initial_values(self, ctx: BuildContext, rng: np.random.Generator
                        ) -> dict[str, np.ndarray]:
-        out = self.representation.initial_values(ctx.data, rng)
-        out.update(self.feature_map.initial_values(self.latent_dim, rng))
-        out.update(self.combiner.initial_values(ctx.n_tasks, self.n_outputs))
-        out.update(self.likelihood.initial_values(ctx.targets, ctx.augmented))
-        if ctx.augmented:
-            K = self.representation.view_latent_dim
-            for v in range(ctx.data.n_views):
-                n_obs = int(ctx.data.observed[:, v].sum())
-                out[f"U_{v}"] = rng.standard_normal((n_obs, K))
+        """A dispersed start: every piece proposes values for the variables it added."""
+        out: dict[str, np.ndarray] = {}
+        for piece in self.pieces:
+            out.update(piece.initial_values(ctx, rng))
         return out

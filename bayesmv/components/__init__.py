@@ -1,5 +1,6 @@
 """Pieces of the model graph (see :class:`bayesmv.ModelBuilder`)."""
 
+from bayesmv.components.base import BuildContext, Component, Identity
 from bayesmv.components.combine import SumCombiner
 from bayesmv.components.features import (
     DPMixtureSpectral,
@@ -7,9 +8,13 @@ from bayesmv.components.features import (
     RandomFourierFeatures,
 )
 from bayesmv.components.latent import SharedLatent
-from bayesmv.components.likelihoods import HingeLikelihood
+from bayesmv.components.likelihoods import GaussianLikelihood, HingeLikelihood
 
 __all__ = [
+    "BuildContext",
+    "Component",
+    "GaussianLikelihood",
+    "Identity",
     "DPMixtureSpectral",
     "GaussianSpectral",
     "HingeLikelihood",

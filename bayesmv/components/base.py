@@ -1,15 +1,20 @@
 """Shared plumbing for model-graph components.
 
-A component contributes random variables and potentials to a ``pm.Model`` (``build``) and
-evaluates the same map with NumPy on one posterior draw (``evaluate``), which is what
-prediction on new data needs.  Components communicate through :class:`BuildContext`.
+A component contributes random variables and potentials to a ``pm.Model`` (``build``),
+proposes a dispersed starting point for them (``initial_values``) and, where prediction needs
+it, evaluates the same map with NumPy on one posterior draw or a fitted state.  Components
+talk to each other only through :class:`BuildContext`: what one piece produces (a latent
+dimension, a number of features) it records in ``ctx.sizes`` for the next piece to read, and
+the coordinates it names it registers with :meth:`BuildContext.add_coord`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
+import pymc as pm
 
 from bayesmv.data import MultiViewData
 
@@ -23,19 +28,22 @@ class BuildContext:
     data : MultiViewData
         The (standardised) training views.
     targets : ndarray of shape (n_samples, n_tasks)
-        ±1 targets, one column per binary task.
+        Targets, one column per task (±1 for classification, real values for regression).
     augmented : bool
         Build the data-augmented graph (explicit per-sample auxiliaries such as the hinge's
         λ and the view-specific latents U) instead of the collapsed one.
-    initvals : dict
-        Starting values proposed by the components (value-variable names to arrays).
+    sizes : dict
+        Sizes one piece publishes for the next (``"latent"``, ``"feature"``, ...).
+    state : dict
+        Fixed (non-random) quantities a piece derives from the training data and that
+        prediction needs again (landmark indices, Nyström subsets, random frequencies...).
     """
 
     data: MultiViewData
     targets: np.ndarray
     augmented: bool = False
-    initvals: dict[str, np.ndarray] = field(default_factory=dict)
-    rng: np.random.Generator = field(default_factory=np.random.default_rng)
+    sizes: dict[str, int] = field(default_factory=dict)
+    state: dict[str, Any] = field(default_factory=dict)
 
     @property
     def n_samples(self) -> int:
@@ -45,7 +53,32 @@ class BuildContext:
     def n_tasks(self) -> int:
         return int(self.targets.shape[1])
 
+    def add_coord(self, name: str, length: int) -> None:
+        """Register ``name`` as a dimension of ``length`` on the model being built."""
+        self.sizes[name] = int(length)
+        model = pm.modelcontext(None)
+        if name not in model.coords:
+            model.add_coord(name, np.arange(int(length)))
+
 
 class Component:
-    """Base class of the pieces: ``build`` adds variables to the open ``pm.Model`` and
-    returns the tensor the next piece consumes; ``initial_values`` proposes a start."""
+    """Base class of the pieces.
+
+    ``build(ctx, upstream)`` adds variables to the open ``pm.Model`` and returns what the next
+    piece consumes; ``initial_values(ctx, rng)`` proposes a start for the variables it added
+    (value-variable names → arrays).
+    """
+
+    def build(self, ctx: BuildContext, upstream: Any = None) -> Any:
+        raise NotImplementedError
+
+    def initial_values(self, ctx: BuildContext, rng: np.random.Generator
+                       ) -> dict[str, np.ndarray]:
+        return {}
+
+
+class Identity(Component):
+    """The views as given: the representation of every model without a shared latent."""
+
+    def build(self, ctx: BuildContext, upstream: Any = None) -> MultiViewData:
+        return ctx.data

@@ -25,8 +25,8 @@ class SumCombiner(Component):
         self.prior_precision = prior_precision
         self.precision_prior = precision_prior
 
-    def build(self, ctx: BuildContext, Phi: pt.TensorVariable, n_outputs: int
-              ) -> pt.TensorVariable:
+    def build(self, ctx: BuildContext, Phi: pt.TensorVariable) -> pt.TensorVariable:
+        n_outputs = ctx.sizes["feature"]
         if self.precision_prior is None:
             v = self.prior_precision
         else:
@@ -36,8 +36,8 @@ class SumCombiner(Component):
                          dims=("task", "feature"))
         return pm.Deterministic("f", Phi @ beta.T, dims=("sample", "task"))
 
-    def initial_values(self, n_tasks: int, n_outputs: int) -> dict[str, np.ndarray]:
-        out = {"beta": np.zeros((n_tasks, n_outputs))}
+    def initial_values(self, ctx: BuildContext, rng=None) -> dict[str, np.ndarray]:
+        out = {"beta": np.zeros((ctx.n_tasks, ctx.sizes["feature"]))}
         if self.precision_prior is not None:
             out["v_log__"] = np.array(np.log(self.prior_precision))
         return out

@@ -124,6 +124,7 @@ class DPMixtureSpectral(Component):
 
     def build(self, ctx: BuildContext, n_features: int, m: int) -> pt.TensorVariable:
         K = self.n_components
+        ctx.add_coord("component", K)
         sticks = pm.Beta("dp_sticks", 1.0, self.alpha, shape=K - 1)
         weights = pm.Deterministic("dp_weights", _stick_breaking_weights_pt(sticks),
                                    dims="component")
@@ -209,7 +210,10 @@ class RandomFourierFeatures(Component):
         self.n_features = n_features
         self.spectral = spectral if spectral is not None else DPMixtureSpectral()
 
-    def build(self, ctx: BuildContext, Z: pt.TensorVariable, m: int) -> pt.TensorVariable:
+    def build(self, ctx: BuildContext, Z: pt.TensorVariable) -> pt.TensorVariable:
+        m = ctx.sizes["latent"]
+        ctx.add_coord("frequency", self.n_features)
+        ctx.add_coord("feature", 2 * self.n_features + 1)
         Omega = self.spectral.build(ctx, self.n_features, m)
         S = Z @ Omega.T
         n = ctx.n_samples
@@ -217,8 +221,8 @@ class RandomFourierFeatures(Component):
         return pt.concatenate([pt.cos(S), pt.sin(S), pt.full((n, 1), np.sqrt(M))],
                               axis=1) / np.sqrt(M)
 
-    def initial_values(self, m: int, rng) -> dict[str, np.ndarray]:
-        return self.spectral.initial_values(self.n_features, m, rng)
+    def initial_values(self, ctx: BuildContext, rng) -> dict[str, np.ndarray]:
+        return self.spectral.initial_values(self.n_features, ctx.sizes["latent"], rng)
 
     def evaluate(self, draw: dict, Z: np.ndarray) -> np.ndarray:
         return fourier_features(Z, draw["Omega"])

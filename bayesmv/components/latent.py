@@ -83,9 +83,10 @@ class SharedLatent(Component):
         self.eta = eta
 
     # ------------------------------------------------------------------ graph
-    def build(self, ctx: BuildContext) -> pt.TensorVariable:
+    def build(self, ctx: BuildContext, upstream=None) -> pt.TensorVariable:
         data = ctx.data
         n, m, K = data.n_samples, self.latent_dim, self.view_latent_dim
+        ctx.add_coord("latent", m)
         H = pm.Normal("H", 0.0, 1.0, shape=(n, m), dims=("sample", "latent"))
         tau = pm.Gamma("tau", alpha=self.a_tau, beta=self.b_tau, shape=data.n_views, dims="view")
         r = pm.Gamma("r", alpha=self.a_r, beta=self.b_r, shape=(data.n_views, m),
@@ -105,13 +106,14 @@ class SharedLatent(Component):
                 pm.Potential(f"x_{v}_loglik", collapsed_view_logp(X_obs, H_obs, W, V, tau[v]))
         return H
 
-    def initial_values(self, data: MultiViewData, rng: np.random.Generator,
+    def initial_values(self, ctx: BuildContext, rng: np.random.Generator,
                        jitter: float = 0.3) -> dict[str, np.ndarray]:
         """A dispersed start near a probabilistic-PCA solution (value-variable names).
 
         The factor model has a saddle at zero; starting from a jittered principal-component
         fit puts every chain in the basin of the posterior without fixing its rotation.
         """
+        data = ctx.data
         m, K = self.latent_dim, self.view_latent_dim
         # Column-mean imputation of missing rows only for the start; the model never sees it.
         Z = np.concatenate([np.where(data.observed[:, [v]], np.nan_to_num(Xv), 0.0)
@@ -140,6 +142,9 @@ class SharedLatent(Component):
             out[f"V_{v}"] = self.eta**-0.5 * rng.standard_normal((D, K))
         out["tau_log__"] = np.log(tau)
         out["r_log__"] = np.log(r)
+        if ctx.augmented:
+            for v in range(data.n_views):
+                out[f"U_{v}"] = rng.standard_normal((int(data.observed[:, v].sum()), K))
         return out
 
     # ------------------------------------------------------------- prediction
