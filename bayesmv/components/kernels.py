@@ -1,0 +1,156 @@
+"""Per-view kernels: exact Gram matrices, or random Fourier features whose product term is
+built from jointly drawn frequencies.
+
+Two kernels per view are offered, both from scikit-learn's pairwise module:
+
+* ``"rbf"``: ``k(x, x') = exp(-γ ||x - x'||²)``;
+* ``"linear"``: ``k(x, x') = xᵀx'``.
+
+:class:`ViewKernels` hands the combiner one N × N Gram matrix per view (exact, O(N²) memory,
+O(N³) to solve).  :class:`ViewRandomFeatures` hands it explicit features instead, so that
+fitting grows linearly in N: per RBF view ``φ_v(x) = M^{-1/2}[cos(Ω_v x); sin(Ω_v x)]`` with
+rows of Ω_v drawn from N(0, 2γ_v I) (Bochner), per linear view the view itself, and for the
+product of all views' kernels ``φ_×(x) = M^{-1/2}[cos(s); sin(s)] ⊙ Π_{linear v} (G_v x_v)``
+with ``s = Σ_{rbf v} Ω_v x_v``: a product of RBF kernels is an RBF kernel on the concatenated
+views, whose frequencies are the per-view frequencies drawn jointly, and a Gaussian projection
+``G_v x_v`` is an unbiased random feature of the linear kernel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pymc as pm
+import pytensor.tensor as pt
+from sklearn.metrics.pairwise import euclidean_distances, linear_kernel, rbf_kernel
+
+from bayesmv.components.base import BuildContext, Component
+from bayesmv.data import MultiViewData
+
+KERNELS = ("rbf", "linear")
+#: search range of an RBF width chosen by the marginal likelihood, in units of 1/D_v
+#: (γ·D_v from 1e-4, a nearly linear kernel, to 1e2, a nearly diagonal one)
+GAMMA_RANGE = (1e-4, 1e2)
+
+
+def view_gram(kind: str, A: np.ndarray, B: np.ndarray | None, gamma: float | None
+              ) -> np.ndarray:
+    """Gram matrix ``k(A_i, B_j)`` of one view's kernel (B = A when None)."""
+    if kind == "rbf":
+        return rbf_kernel(A, B, gamma=gamma)
+    return linear_kernel(A, B)
+
+
+def squared_distances(A: np.ndarray, B: np.ndarray | None = None) -> np.ndarray:
+    """``||A_i - B_j||²`` with exact zeros on the diagonal when B is None."""
+    D = euclidean_distances(A, B, squared=True)
+    if B is None:
+        np.fill_diagonal(D, 0.0)
+    return D
+
+
+class ViewKernels(Component):
+    """One exact Gram matrix per view.
+
+    Parameters
+    ----------
+    kernels : sequence of {"rbf", "linear"}
+        Kernel of each view.
+    gammas : sequence of float or None
+        RBF width of each view (ignored for linear views); ``None`` makes it a free
+        hyper-parameter of the graph with a flat prior on ``log γ`` over
+        ``GAMMA_RANGE / D_v`` (chosen by the marginal likelihood, or sampled).
+    """
+
+    def __init__(self, kernels: Sequence[str], gammas: Sequence[float | None]) -> None:
+        self.kernels = tuple(kernels)
+        self.gammas = tuple(gammas)
+
+    def build(self, ctx: BuildContext, data: MultiViewData) -> list[pt.TensorVariable]:
+        grams = []
+        for v, (kind, gamma, X) in enumerate(zip(self.kernels, self.gammas, data.views,
+                                                 strict=True)):
+            if kind == "linear":
+                Xd = pm.Data(f"X_{v}", X)
+                grams.append(Xd @ Xd.T)
+                continue
+            D2 = pm.Data(f"sqdist_{v}", squared_distances(X))
+            if gamma is None:
+                lo, hi = np.log(np.asarray(GAMMA_RANGE) / X.shape[1])
+                gamma = pt.exp(pm.Uniform(f"log_gamma_{v}", lo, hi))
+            grams.append(pt.exp(-gamma * D2))
+        return grams
+
+    def initial_values(self, ctx: BuildContext, rng=None) -> dict[str, np.ndarray]:
+        return {f"log_gamma_{v}_interval__": np.array(0.0)
+                for v, (kind, gamma) in enumerate(zip(self.kernels, self.gammas, strict=True))
+                if kind == "rbf" and gamma is None}
+
+    def grams(self, views: Sequence[np.ndarray], gammas: Sequence[float | None],
+              train_views: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
+        """NumPy Gram matrices: ``k(views, train_views)`` (square when train_views is None)."""
+        others = [None] * len(views) if train_views is None else train_views
+        return [view_gram(kind, X, B, g) for kind, X, B, g
+                in zip(self.kernels, views, others, gammas, strict=True)]
+
+
+class ViewRandomFeatures(Component):
+    """Random Fourier features per RBF view plus joint features of the product kernel.
+
+    Parameters
+    ----------
+    n_features : int
+        Number M of random frequencies per RBF view and for the product term (2M features
+        each).  Linear views contribute their D_v columns exactly to the sum term.
+    kernels : sequence of {"rbf", "linear"}
+    gammas : sequence of float
+        RBF widths (fixed: the frequencies are ``sqrt(2γ_v)`` times fixed standard normals).
+    base : list of ndarray, optional
+        The standard-normal draws (one (M, D_v) array per view); drawn from ``random_state``
+        when None.  Keeping them makes a saved model predict exactly as before saving.
+    random_state : int or None
+        Seed of the base draws.
+    """
+
+    def __init__(self, n_features: int, kernels: Sequence[str], gammas: Sequence[float],
+                 base: Sequence[np.ndarray] | None = None, random_state: int | None = None
+                 ) -> None:
+        self.n_features = int(n_features)
+        self.kernels = tuple(kernels)
+        self.gammas = tuple(float(g) if g is not None else 0.0 for g in gammas)
+        self.base = None if base is None else [np.asarray(b, dtype=float) for b in base]
+        self.random_state = random_state
+
+    def draw_base(self, view_sizes: Sequence[int]) -> list[np.ndarray]:
+        if self.base is None:
+            rng = np.random.default_rng(self.random_state)
+            self.base = [rng.standard_normal((self.n_features, D)) for D in view_sizes]
+        return self.base
+
+    def blocks(self, views: Sequence[np.ndarray]) -> tuple[list[np.ndarray], np.ndarray]:
+        """Per-view feature blocks of the sum term and the product term's block."""
+        base = self.draw_base([X.shape[1] for X in views])
+        M = self.n_features
+        n = views[0].shape[0]
+        phase = np.zeros((n, M))
+        linear_factor = np.ones((n, M))
+        per_view = []
+        for kind, gamma, X, E in zip(self.kernels, self.gammas, views, base, strict=True):
+            if kind == "linear":
+                per_view.append(X)
+                linear_factor *= X @ E.T
+                continue
+            S = X @ (np.sqrt(2.0 * gamma) * E).T
+            phase += S
+            per_view.append(np.concatenate([np.cos(S), np.sin(S)], axis=1) / np.sqrt(M))
+        joint = (np.concatenate([np.cos(phase) * linear_factor, np.sin(phase) * linear_factor],
+                                axis=1) / np.sqrt(M))
+        return per_view, joint
+
+    def build(self, ctx: BuildContext, data: MultiViewData
+              ) -> tuple[list[pt.TensorVariable], pt.TensorVariable]:
+        per_view, joint = self.blocks(data.views)
+        ctx.state["random_feature_base"] = self.base
+        return ([pm.Data(f"features_{v}", B) for v, B in enumerate(per_view)],
+                pm.Data("features_product", joint))
