@@ -1,0 +1,180 @@
+"""Block-metric combiner (MVML): ``f = Σ_v w_v U_v g_v`` with ``g | A ~ N(0, A/(2λ))``.
+
+The metric ``A`` (n × n, n = Σ_v r_v) has one block per pair of views; ``A_uv`` relates the
+Nyström features of views u and v.  Four choices of A (``learn_A``):
+
+* ``"full"``: learned, Frobenius prior ``p(A) ∝ exp(-η||A||²_F)`` on the PSD cone;
+* ``"sparse"``: learned, block group-lasso prior ``p(A) ∝ exp(-η Σ_{u≤v} ||A_uv||_F)``;
+* ``"identity"``: ``A = I`` (MVML_I);
+* ``"cov"``: ``A_uv = U_uᵀU_v`` (MVML_Cov).
+
+Two readings of the g-term (``objective``):
+
+* ``"paper"``: the published penalty ``λ gᵀA⁻¹g`` as a potential on a flat g (no
+  ``½ log det A``) — the graph's log-density is minus the published objective;
+* ``"bayes"``: the proper ``g ~ MvNormal(0, A/(2λ))``, whose log-density carries
+  ``-½ log det A``.
+
+A learned A enters the graph through a free lower-triangular factor ``L`` (``A = L Lᵀ``,
+variable ``A_chol`` holding the packed lower triangle per task) and the prior as a potential;
+the view weights, when learned, are ``Dirichlet(1)`` (flat on the simplex).  The NumPy solvers
+in :mod:`bayesmv.inference.metric` optimise exactly this density (the tests compare the two).
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+import pymc as pm
+import pytensor.tensor as pt
+
+from bayesmv.components.base import BuildContext, Component
+from bayesmv.inference.metric import (
+    LEARN_A,
+    OBJECTIVES,
+    MetricProblem,
+    initial_metric,
+    psd_factor,
+)
+
+__all__ = ["BlockMetricCombiner"]
+
+
+class BlockMetricCombiner(Component):
+    """MVML's combiner: weighted views, a block metric between them, Gaussian weights g.
+
+    Parameters
+    ----------
+    lmbda : float, default 0.1
+        λ: ``g | A ~ N(0, A/(2λ))`` (penalty ``λ gᵀA⁻¹g``).
+    eta : float, default 1.0
+        η: weight of the metric's penalty / prior.
+    learn_A : {"full", "sparse", "identity", "cov"}
+    learn_w : bool, default False
+        Learn the view weights (on the simplex) instead of fixing them at ``1/V``.
+    objective : {"paper", "bayes"}
+
+    Notes
+    -----
+    Consumes the ``pm.Data`` ``"U"`` of :class:`~bayesmv.components.NystromFeatures` and the
+    block sizes it leaves in ``ctx.state["block_sizes"]``; returns ``f`` (dims sample, task).
+    """
+
+    def __init__(self, lmbda: float = 0.1, eta: float = 1.0, learn_A: str = "full",
+                 learn_w: bool = False, objective: str = "paper") -> None:
+        self.lmbda = lmbda
+        self.eta = eta
+        self.learn_A = learn_A
+        self.learn_w = learn_w
+        self.objective = objective
+
+    def check_params(self) -> None:
+        """Raise ValueError naming the first invalid parameter."""
+        for name in ("lmbda", "eta"):
+            value = getattr(self, name)
+            if (isinstance(value, bool) or not isinstance(value, numbers.Real)
+                    or not np.isfinite(value) or value <= 0):
+                raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+        if self.learn_A not in LEARN_A:
+            raise ValueError(f"learn_A must be one of {LEARN_A}, got {self.learn_A!r}")
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"objective must be one of {OBJECTIVES}, got {self.objective!r}")
+        if not isinstance(self.learn_w, bool | np.bool_):
+            raise ValueError(f"learn_w must be True or False, got {self.learn_w!r}")
+
+    # ------------------------------------------------------------------ numpy side
+    @staticmethod
+    def problem(ctx: BuildContext) -> MetricProblem:
+        """The features and their view blocks as the NumPy solvers see them."""
+        return MetricProblem(ctx.state["features"], tuple(ctx.state["block_sizes"]))
+
+    def fixed_metric(self, problem: MetricProblem) -> np.ndarray:
+        """``A`` for the fixed-metric variants (and the starting A of the learned ones)."""
+        return initial_metric(problem, self.learn_A)
+
+    # ------------------------------------------------------------------ graph
+    def build(self, ctx: BuildContext, U) -> pt.TensorVariable:
+        self.check_params()
+        sizes = tuple(ctx.state["block_sizes"])
+        n, V, T = int(sum(sizes)), len(sizes), ctx.n_tasks
+        if "features" not in ctx.state:
+            ctx.state["features"] = np.asarray(U.get_value())
+        ctx.add_coord("nystrom_feature_b", n)
+        view_of_feature = np.repeat(np.arange(V), sizes)
+        lam = float(self.lmbda)
+
+        if self.learn_w:
+            w = pm.Dirichlet("w", a=np.ones((T, V)), dims=("task", "view"))
+        else:
+            w = pt.as_tensor(np.full((T, V), 1.0 / V))
+        w_feat = w[:, view_of_feature]                                   # (T, n)
+
+        if self.learn_A in ("full", "sparse"):
+            rows, cols = np.tril_indices(n)
+            ctx.add_coord("metric_entry", rows.size)
+            packed = pm.Flat("A_chol", dims=("task", "metric_entry"))
+            L = pt.zeros((T, n, n))[:, rows, cols].set(packed)
+            A = pm.Deterministic("A", L @ L.transpose(0, 2, 1),
+                                 dims=("task", "nystrom_feature", "nystrom_feature_b"))
+            g = self._g_given_square_factor(L, lam, T)
+            if self.learn_A == "full":
+                pm.Potential("A_prior", -self.eta * pt.sum(A**2))
+            else:
+                edges = np.concatenate([[0], np.cumsum(sizes)])
+                terms = []
+                for u in range(V):
+                    for v in range(u, V):
+                        blk = A[:, edges[u]:edges[u + 1], edges[v]:edges[v + 1]]
+                        terms.append(pt.sqrt(pt.sum(blk**2, axis=(1, 2))))
+                pm.Potential("A_prior", -self.eta * pt.sum(pt.stack(terms)))
+        else:
+            A_np = self.fixed_metric(self.problem(ctx))
+            L_np = psd_factor(A_np)
+            if L_np.shape[1] == n and np.allclose(L_np, np.tril(L_np)):
+                L = pt.as_tensor(np.broadcast_to(L_np, (T, n, n)).copy())
+                g = self._g_given_square_factor(L, lam, T)
+            else:
+                # rank-deficient fixed A (MVML_Cov with fewer rows than features): g lives in
+                # range(A); write g = L h with h ~ N(0, I/(2λ)) (paper: penalty λ||h||²)
+                k = L_np.shape[1]
+                ctx.add_coord("metric_rank", k)
+                if self.objective == "bayes":
+                    h = pm.Normal("h", 0.0, 1.0 / np.sqrt(2 * lam), dims=("task", "metric_rank"))
+                else:
+                    h = pm.Flat("h", dims=("task", "metric_rank"))
+                    pm.Potential("g_penalty", -lam * pt.sum(h**2))
+                g = pm.Deterministic("g", h @ pt.as_tensor(L_np.T),
+                                     dims=("task", "nystrom_feature"))
+        return pm.Deterministic("f", U @ (w_feat * g).T, dims=("sample", "task"))
+
+    def _g_given_square_factor(self, L, lam: float, T: int):
+        if self.objective == "bayes":
+            return pm.MvNormal("g", mu=0.0, chol=L / np.sqrt(2 * lam),
+                               dims=("task", "nystrom_feature"))
+        g = pm.Flat("g", dims=("task", "nystrom_feature"))
+        z = pt.linalg.solve_triangular(L, g[..., None], lower=True)[..., 0]   # L⁻¹g
+        pm.Potential("g_penalty", -lam * pt.sum(z**2))                     # λ gᵀA⁻¹g
+        return g
+
+    def initial_values(self, ctx: BuildContext, rng=None) -> dict[str, np.ndarray]:
+        n, T = int(sum(ctx.state["block_sizes"])), ctx.n_tasks
+        out: dict[str, np.ndarray] = {}
+        if self.learn_A in ("full", "sparse"):
+            L0 = psd_factor(initial_metric(self.problem(ctx), "full"))
+            out["A_chol"] = np.tile(L0[np.tril_indices(n)], (T, 1))
+            out["g"] = np.zeros((T, n))
+        return out
+
+    @staticmethod
+    def pack_factor(A: np.ndarray) -> np.ndarray:
+        """The packed lower Cholesky triangle of a PSD ``A`` (the value of ``A_chol``).
+
+        A view the sparse variant dropped has zero rows and columns; the factor of the
+        remaining views is used and those rows stay zero.
+        """
+        n = A.shape[0]
+        active = np.flatnonzero(np.any(A != 0, axis=1))
+        L = np.zeros((n, n))
+        L[np.ix_(active, active)] = np.linalg.cholesky(A[np.ix_(active, active)])
+        return L[np.tril_indices(n)]
