@@ -6,6 +6,11 @@ Every estimator in :mod:`bayesmv` funnels its inputs through :func:`check_views`
 
 A view is *missing* for a sample when that sample's whole row in the view is NaN; a row that is
 only partly NaN is an error, because the models have no notion of missing individual features.
+
+Sparse views (``scipy.sparse`` matrices, e.g. hashed indicator features) are accepted only where
+a model asks for them (``check_views(..., allow_sparse=True)``); they are kept as CSR matrices,
+never densified, cannot mark a missing view with NaN (an empty row plays that part for models
+that read a view as ``x_v = 0``), and :class:`ViewStandardizer` leaves them unchanged.
 """
 
 from __future__ import annotations
@@ -140,9 +145,10 @@ class MultiViewData:
 
     Parameters
     ----------
-    views : tuple of ndarray
+    views : tuple of ndarray or scipy.sparse.csr_matrix
         One float64, C-contiguous array of shape ``(n_samples, D_v)`` per view. A view that is
-        missing for a sample has an all-NaN row.
+        missing for a sample has an all-NaN row.  Where a model allows it, a view may instead
+        be a float64 CSR matrix (never NaN; see :func:`check_views` ``allow_sparse``).
     observed : ndarray of bool, shape (n_samples, n_views)
         True where the view is present for the sample.
     view_names : tuple of str
@@ -164,8 +170,9 @@ class MultiViewData:
         if len(views) == 0:
             raise ValueError("MultiViewData: needs at least one view")
         for i, v in enumerate(views):
-            if not isinstance(v, np.ndarray) or v.ndim != 2:
-                raise ValueError(f"MultiViewData: view {i} must be a 2-D numpy array")
+            if not (isinstance(v, np.ndarray) or sp.issparse(v)) or v.ndim != 2:
+                raise ValueError(f"MultiViewData: view {i} must be a 2-D numpy array "
+                                 "(or a scipy.sparse matrix)")
         n = views[0].shape[0]
         if any(v.shape[0] != n for v in views):
             raise ValueError(
@@ -240,7 +247,12 @@ class MultiViewData:
                     f"subset: index must be a slice, a boolean mask or integers, got {index.dtype}"
                 )
         # np.array copies, so a basic slice does not leave the subset aliasing this object.
-        views = tuple(np.array(v[index], dtype=np.float64, order="C") for v in self.views)
+        views = tuple(
+            sp.csr_matrix(v[index], dtype=np.float64, copy=True)
+            if sp.issparse(v)
+            else np.array(v[index], dtype=np.float64, order="C")
+            for v in self.views
+        )
         return MultiViewData(views, np.array(self.observed[index], order="C"), self.view_names)
 
     def concatenated(self) -> np.ndarray:
@@ -248,9 +260,11 @@ class MultiViewData:
 
         Returns
         -------
-        ndarray of shape (n_samples, sum(view_sizes))
-            NaN where a view is missing.
+        ndarray or scipy.sparse.csr_matrix of shape (n_samples, sum(view_sizes))
+            NaN where a view is missing; CSR when any view is sparse.
         """
+        if any(sp.issparse(v) for v in self.views):
+            return sp.hstack(self.views, format="csr")
         return np.hstack(self.views)
 
 
@@ -258,14 +272,32 @@ def _view_label(i: int, names: Sequence[str] | None) -> str:
     return f"view {i} ({names[i]!r})" if names is not None else f"view {i}"
 
 
-def _reject_sparse_and_series(x: Any, where: str) -> None:
-    if sp.issparse(x):
+def _reject_sparse_and_series(x: Any, where: str, allow_sparse: bool = False) -> None:
+    if sp.issparse(x) and not allow_sparse:
         raise TypeError(
             f"{where} is a sparse matrix, which is not supported here; "
             "densify it first (e.g. with .toarray())"
         )
     if isinstance(x, pd.Series):
         raise ValueError(f"{where} must be 2-D, got a pandas Series of shape {x.shape}")
+
+
+def _to_sparse_view(v: Any, where: str, copy: bool) -> sp.csr_matrix:
+    """One sparse view as a canonical float64 CSR matrix (finite values only)."""
+    if v.ndim != 2:
+        raise ValueError(f"{where} must be 2-D, got shape {v.shape}")
+    if v.dtype.kind not in "biuf":
+        raise ValueError(f"{where} has non-numeric dtype {v.dtype}")
+    out = sp.csr_matrix(v, dtype=np.float64, copy=copy)
+    out.sum_duplicates()  # canonical form; also sorts the indices
+    if np.isnan(out.data).any():
+        raise ValueError(
+            f"{where} is sparse and contains NaN; a sparse view cannot mark missing rows with "
+            "NaN (store the row empty, or densify the view)"
+        )
+    if np.isinf(out.data).any():
+        raise ValueError(f"{where} contains infinite values")
+    return out
 
 
 def _to_float_view(v: Any, where: str, copy: bool, hint: str = "") -> np.ndarray:
@@ -309,12 +341,17 @@ def _to_float_view(v: Any, where: str, copy: bool, hint: str = "") -> np.ndarray
 
 
 def _split_single(
-    X: Any, view_sizes: Sequence[int] | None, layout: ViewLayout | None, argument: str
+    X: Any,
+    view_sizes: Sequence[int] | None,
+    layout: ViewLayout | None,
+    argument: str,
+    allow_sparse: bool = False,
 ) -> list[Any]:
     """Split one 2-D array or DataFrame column-wise into views."""
-    _reject_sparse_and_series(X, argument)
+    _reject_sparse_and_series(X, argument, allow_sparse)
     frame = isinstance(X, pd.DataFrame)
-    arr = X if frame else np.asarray(X)
+    sparse = sp.issparse(X)
+    arr = X.tocsc() if sparse else X if frame else np.asarray(X)
     if arr.ndim != 2:
         raise ValueError(f"{argument} must be 2-D (or a list of 2-D views), got shape {arr.shape}")
     n_cols = arr.shape[1]
@@ -334,6 +371,8 @@ def _split_single(
     else:
         sizes = (n_cols,)
     bounds = np.cumsum((0, *sizes))
+    if sparse:  # column slices of CSC are cheap; each view goes back to CSR afterwards
+        return [arr[:, a:b].tocsr() for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
     if frame:
         return [arr.iloc[:, a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
     return [arr[:, a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
@@ -347,6 +386,7 @@ def check_views(
     allow_missing: bool = True,
     argument: str = "X",
     view_names: Sequence[str] | None = None,
+    allow_sparse: bool = False,
 ) -> MultiViewData:
     """Validate multi-view input and return it as :class:`MultiViewData`.
 
@@ -371,16 +411,21 @@ def check_views(
     view_names : sequence of str, optional
         Names of the views; defaults to the layout's names, the MultiViewData's names, or
         ``"view0", "view1", ...``.
+    allow_sparse : bool, default False
+        Accept ``scipy.sparse`` views (or one sparse ``X`` split by ``view_sizes``), kept as
+        float64 CSR matrices without densifying. Sparse views must not contain NaN, so they
+        are never missing (an empty row is an all-zero view).
 
     Returns
     -------
     MultiViewData
-        Views copied to float64 C-contiguous arrays; the input is never modified.
+        Views copied to float64 C-contiguous arrays (CSR matrices for sparse views); the
+        input is never modified.
 
     Raises
     ------
     TypeError
-        For input of the wrong type (including sparse matrices).
+        For input of the wrong type (including sparse matrices unless ``allow_sparse``).
     ValueError
         For any other invalid input; the message names the argument and the view.
     """
@@ -405,7 +450,7 @@ def check_views(
             f"or a MultiViewData; got {type(X).__name__}"
         )
     else:
-        raw = _split_single(X, view_sizes, layout, argument)
+        raw = _split_single(X, view_sizes, layout, argument, allow_sparse)
 
     n_views = len(raw)
     if n_views == 0:
@@ -423,12 +468,15 @@ def check_views(
     views: list[np.ndarray] = []
     for i, v in enumerate(raw):
         where = f"{argument}: {_view_label(i, names)}"
-        arr = _to_float_view(v, where, copy=source is None, hint=hint)
+        if allow_sparse and sp.issparse(v):
+            arr = _to_sparse_view(v, where, copy=source is None)
+        else:
+            arr = _to_float_view(v, where, copy=source is None, hint=hint)
         if arr.shape[0] == 0:
             raise ValueError(f"{where} has zero samples")
         if arr.shape[1] == 0:
             raise ValueError(f"{where} has zero features (zero-width view)")
-        if np.isinf(arr).any():
+        if not sp.issparse(arr) and np.isinf(arr).any():
             raise ValueError(f"{where} contains infinite values")
         views.append(arr)
 
@@ -455,6 +503,9 @@ def check_views(
 
     observed = np.empty((n, n_views), dtype=bool)
     for i, arr in enumerate(views):
+        if sp.issparse(arr):  # NaN-free by construction: always observed
+            observed[:, i] = True
+            continue
         nan = np.isnan(arr)
         row_all = nan.all(axis=1)
         partial = np.flatnonzero(nan.any(axis=1) & ~row_all)
@@ -596,6 +647,9 @@ class ViewStandardizer:
 
     Missing (all-NaN) rows are ignored when fitting and stay NaN after transforming.
     Constant columns get scale 1, as in :class:`sklearn.preprocessing.StandardScaler`.
+    Sparse views pass through unchanged (recorded as mean 0, scale 1): centring would densify
+    them, and per-column scaling would inflate rare indicator features (a column seen in 0.1 %
+    of the rows has standard deviation ≈ 0.03, so its ones would become ≈ 30).
 
     Attributes
     ----------
@@ -620,9 +674,13 @@ class ViewStandardizer:
         ViewStandardizer
             ``self``.
         """
-        data = check_views(data, argument="data")
+        data = check_views(data, argument="data", allow_sparse=True)
         means, scales = [], []
         for i, (view, name) in enumerate(zip(data.views, data.view_names, strict=True)):
+            if sp.issparse(view):
+                means.append(np.zeros(view.shape[1]))
+                scales.append(np.ones(view.shape[1]))
+                continue
             rows = data.observed[:, i]
             if not rows.any():
                 raise ValueError(f"data: view {i} ({name!r}) has no observed rows to fit on")
@@ -652,9 +710,9 @@ class ViewStandardizer:
             Standardised copy; missing rows stay NaN.
         """
         self._check_fitted()
-        data = check_views(data, layout=self.layout_, argument="data")
+        data = check_views(data, layout=self.layout_, argument="data", allow_sparse=True)
         views = tuple(
-            np.ascontiguousarray((v - m) / s)
+            v.copy() if sp.issparse(v) else np.ascontiguousarray((v - m) / s)
             for v, m, s in zip(data.views, self.mean_, self.scale_, strict=True)
         )
         return MultiViewData(views, data.observed.copy(), data.view_names)

@@ -82,3 +82,17 @@ class Identity(Component):
 
     def build(self, ctx: BuildContext, upstream: Any = None) -> MultiViewData:
         return ctx.data
+
+
+@dataclass
+class LatentGaussian:
+    """A Gaussian latent the likelihood may integrate out: ``f = mean + g``.
+
+    ``cov`` is the prior covariance of ``g`` (shared by every task), or ``None`` when ``mean``
+    already holds the whole latent with its weights explicit.  ``noise_factor`` multiplies the
+    likelihood's own noise variance (the ϱ-tensor model's ``1/τ²``).
+    """
+
+    mean: Any
+    cov: Any = None
+    noise_factor: Any = 1.0

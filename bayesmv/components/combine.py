@@ -18,12 +18,18 @@ class SumCombiner(Component):
         Precision ``v`` of ``β ~ N(0, v⁻¹ I)`` when it is fixed (the paper's default 1e-2).
     precision_prior : tuple of float or None
         ``(a_v, b_v)``: give ``v`` a Gamma(a_v, b_v) hyper-prior instead of fixing it.
+    flat_bias : bool, default False
+        Add a per-task intercept ``b`` with a flat (improper, unregularised) prior,
+        ``f = Φ βᵀ + b`` — the bias of an SVM, which its objective does not penalise.  The
+        posterior stays proper under the hinge as long as every task has both labels.
     """
 
     def __init__(self, prior_precision: float = 1e-2,
-                 precision_prior: tuple[float, float] | None = None) -> None:
+                 precision_prior: tuple[float, float] | None = None,
+                 flat_bias: bool = False) -> None:
         self.prior_precision = prior_precision
         self.precision_prior = precision_prior
+        self.flat_bias = flat_bias
 
     def build(self, ctx: BuildContext, Phi: pt.TensorVariable) -> pt.TensorVariable:
         n_outputs = ctx.sizes["feature"]
@@ -34,14 +40,19 @@ class SumCombiner(Component):
             v = pm.Gamma("v", alpha=a_v, beta=b_v)
         beta = pm.Normal("beta", 0.0, v**-0.5, shape=(ctx.n_tasks, n_outputs),
                          dims=("task", "feature"))
-        return pm.Deterministic("f", Phi @ beta.T, dims=("sample", "task"))
+        f = Phi @ beta.T
+        if self.flat_bias:
+            f = f + pm.Flat("bias", shape=ctx.n_tasks, dims="task")
+        return pm.Deterministic("f", f, dims=("sample", "task"))
 
     def initial_values(self, ctx: BuildContext, rng=None) -> dict[str, np.ndarray]:
         out = {"beta": np.zeros((ctx.n_tasks, ctx.sizes["feature"]))}
         if self.precision_prior is not None:
             out["v_log__"] = np.array(np.log(self.prior_precision))
+        if self.flat_bias:
+            out["bias"] = np.zeros(ctx.n_tasks)
         return out
 
     @staticmethod
     def evaluate(draw: dict, Phi: np.ndarray) -> np.ndarray:
-        return Phi @ draw["beta"].T
+        return Phi @ draw["beta"].T + draw.get("bias", 0.0)

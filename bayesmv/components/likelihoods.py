@@ -15,9 +15,9 @@ import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
 from scipy import stats
-from scipy.special import expit
+from scipy.special import expit, log_expit, log_ndtr, logsumexp, softmax
 
-from bayesmv.components.base import BuildContext, Component
+from bayesmv.components.base import BuildContext, Component, LatentGaussian
 
 
 def hinge_log_pseudolikelihood(f: np.ndarray, y: np.ndarray, C: float) -> np.ndarray:
@@ -32,10 +32,54 @@ def augmented_log_density(lam: np.ndarray, f: np.ndarray, y: np.ndarray, C: floa
 
 
 def hinge_probability(f: np.ndarray, C: float) -> np.ndarray:
-    """``p(y = +1 | f)`` from the normalised pseudo-likelihood (Sollich 2002)."""
-    log_pos = hinge_log_pseudolikelihood(f, 1.0, C)
-    log_neg = hinge_log_pseudolikelihood(f, -1.0, C)
-    return 1.0 / (1.0 + np.exp(log_neg - log_pos))
+    """``p(y = +1 | f)`` from the normalised pseudo-likelihood (Sollich 2002).
+
+    ``ℓ(+1|f) / (ℓ(+1|f) + ℓ(-1|f)) = sigmoid(log ℓ(+1|f) - log ℓ(-1|f))``, evaluated by
+    ``expit`` so that large ``|f|`` or ``C`` give exactly 0 or 1 without overflow warnings.
+    """
+    # 2C(1 ± f) may overflow to ∓inf, whose sigmoid (0 or 1) is right; at most one of the two
+    # terms is nonzero outside |f| < 1, so inf - inf cannot arise
+    with np.errstate(over="ignore"):
+        log_pos = hinge_log_pseudolikelihood(f, 1.0, C)
+        log_neg = hinge_log_pseudolikelihood(f, -1.0, C)
+        return expit(log_pos - log_neg)
+
+
+def log_hinge_probability(f: np.ndarray, C: float) -> np.ndarray:
+    """``log p(y = +1 | f)`` of :func:`hinge_probability`, finite where the probability
+    underflows to 0."""
+    with np.errstate(over="ignore"):
+        return log_expit(hinge_log_pseudolikelihood(f, 1.0, C)
+                         - hinge_log_pseudolikelihood(f, -1.0, C))
+
+
+def class_probabilities(log_p: np.ndarray, axis: int | None = None) -> np.ndarray:
+    """Class probabilities from ``log p(y_t = +1 | ·)`` of one or more binary tasks.
+
+    Parameters
+    ----------
+    log_p : ndarray (..., T)
+        Log probabilities of the positive label of each task (last axis): one task is a
+        binary problem, ``T > 1`` tasks are one-vs-rest scores.
+    axis : int, optional
+        An axis of posterior draws to average the probabilities over first (in log space).
+
+    Returns
+    -------
+    ndarray (..., n_classes)
+        ``[1 - p, p]`` for one task; otherwise the one-vs-rest scores normalised to sum to
+        one.  Working with logs keeps the result a distribution when every task's
+        probability underflows to 0 (a point far on the negative side of every one-vs-rest
+        boundary), where ``p / p.sum()`` would be 0/0.
+    """
+    log_p = np.asarray(log_p, dtype=float)
+    if axis is not None:
+        log_p = logsumexp(log_p, axis=axis) - np.log(log_p.shape[axis])
+    if log_p.shape[-1] == 1:
+        p = np.exp(log_p)
+        return np.concatenate([1.0 - p, p], axis=-1)
+    # -inf everywhere (possible only for |f| near the float limit) would make softmax NaN
+    return softmax(np.maximum(log_p, -np.finfo(float).max), axis=-1)
 
 
 class HingeLikelihood(Component):
@@ -70,23 +114,53 @@ class GaussianLikelihood(Component):
     Parameters
     ----------
     sigma : float or None
-        Noise standard deviation when fixed; ``None`` gives it a half-normal prior of scale
-        ``sigma_prior_scale`` (sampled or optimised with the rest).
+        Noise standard deviation when fixed; ``None`` makes the noise a free parameter.
     sigma_prior_scale : float
-        Scale of that half-normal prior.
+        With ``sigma=None`` and no ``variance_range``: scale of σ's half-normal prior.
+    variance_range : (float, float) or None
+        With ``sigma=None``: a flat prior on ``log σ²`` over this range instead (the variable
+        ``log_noise_variance``), the non-informative choice for type-II maximum likelihood.
+
+    Notes
+    -----
+    When the combiner hands over a :class:`~bayesmv.components.base.LatentGaussian` with a
+    prior covariance, the latent is integrated out (``y_t ~ N(b_t, K + σ² I)`` per task): the
+    likelihood of a Gaussian process, so the graph's density is the marginal likelihood that
+    chooses the hyper-parameters.  Its ``noise_factor`` scales σ².
     """
 
-    def __init__(self, sigma: float | None = 1.0, sigma_prior_scale: float = 1.0) -> None:
+    def __init__(self, sigma: float | None = 1.0, sigma_prior_scale: float = 1.0,
+                 variance_range: tuple[float, float] | None = None) -> None:
         self.sigma = sigma
         self.sigma_prior_scale = sigma_prior_scale
+        self.variance_range = variance_range
 
-    def build(self, ctx: BuildContext, f: pt.TensorVariable) -> None:
-        sigma = (self.sigma if self.sigma is not None
-                 else pm.HalfNormal("sigma", self.sigma_prior_scale))
-        pm.Normal("y_obs", mu=f, sigma=sigma, observed=ctx.targets, dims=("sample", "task"))
+    def _variance(self):
+        if self.sigma is not None:
+            return self.sigma**2
+        if self.variance_range is not None:
+            lo, hi = np.log(self.variance_range)
+            return pt.exp(pm.Uniform("log_noise_variance", lo, hi))
+        return pm.HalfNormal("sigma", self.sigma_prior_scale) ** 2
+
+    def build(self, ctx: BuildContext, f) -> None:
+        latent = f if isinstance(f, LatentGaussian) else LatentGaussian(f)
+        variance = self._variance() * latent.noise_factor
+        if latent.cov is None:
+            pm.Normal("y_obs", mu=latent.mean, sigma=pt.sqrt(variance), observed=ctx.targets,
+                      dims=("sample", "task"))
+            return
+        n = ctx.n_samples
+        cov = latent.cov + variance * pt.eye(n)
+        mean = pt.broadcast_to(pt.as_tensor(latent.mean), (ctx.n_tasks,))[:, None] * pt.ones(n)
+        pm.MvNormal("y_obs", mu=mean, cov=cov, observed=ctx.targets.T, dims=("task", "sample"))
 
     def initial_values(self, ctx: BuildContext, rng=None) -> dict[str, np.ndarray]:
-        return {} if self.sigma is not None else {"sigma_log__": np.array(0.0)}
+        if self.sigma is not None:
+            return {}
+        if self.variance_range is not None:
+            return {"log_noise_variance_interval__": np.array(0.0)}
+        return {"sigma_log__": np.array(0.0)}
 
     def log_likelihood(self, f: np.ndarray, y: np.ndarray, sigma: float | None = None
                        ) -> np.ndarray:
@@ -98,3 +172,95 @@ class GaussianLikelihood(Component):
         """``p(y = +1 | f)`` from the likelihood normalised over the two targets ``±target``:
         ``N(t; f, σ²) / (N(t; f, σ²) + N(-t; f, σ²)) = sigmoid(2 t f / σ²)``."""
         return expit(2.0 * target * np.asarray(f) / sigma2)
+
+
+def _logistic_logp(value, f):
+    # -softplus(-s f) with s = ±1 is exact for any f; pm.Bernoulli(logit_p=f) evaluates
+    # log1p(-sigmoid(f)), which is -inf for y = 0 once f ≳ 37 (and its gradient NaN)
+    return -pt.softplus(-(2.0 * value - 1.0) * f)
+
+
+def _logistic_random(f, rng=None, size=None):
+    return rng.binomial(1, expit(f), size=size)
+
+
+class LogisticLikelihood(Component):
+    """Bernoulli-logit likelihood of ±1 targets: ``p(y | f) = sigmoid(y f)`` for every task.
+
+    Its negative log is the logit loss ``log(1 + exp(-y f))`` (the MVM paper's Eq. 12), so a
+    Gaussian prior on the weights gives L2-penalised logistic regression at the mode.  The
+    observed variable ``y_obs`` holds the 0/1 indicators of the positive class and is written
+    with a softplus, stable for any ``f`` (``pm.Bernoulli(logit_p=f)`` overflows to -inf for
+    a negative label at ``f`` ≳ 37, which stalls optimisers with NaN gradients).
+    """
+
+    def build(self, ctx: BuildContext, f: pt.TensorVariable) -> None:
+        positive = (np.asarray(ctx.targets) > 0).astype(np.int64)
+        pm.CustomDist("y_obs", f, logp=_logistic_logp, random=_logistic_random,
+                      observed=positive, dtype="int64", dims=("sample", "task"))
+
+    def log_likelihood(self, f: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """``log sigmoid(y f) = -log(1 + exp(-y f))`` elementwise (overflow-safe)."""
+        return -np.logaddexp(0.0, -np.asarray(y) * np.asarray(f))
+
+    @staticmethod
+    def probability(f: np.ndarray) -> np.ndarray:
+        """``p(y = +1 | f) = sigmoid(f)``."""
+        return expit(np.asarray(f))
+
+
+_GH_NODES, _GH_WEIGHTS = np.polynomial.hermite_e.hermegauss(64)
+_GL_NODES, _GL_WEIGHTS = np.polynomial.legendre.leggauss(64)
+#: the correction sigmoid(s h) - 1{h > 0} is below 4e-18 beyond |s h| = 40
+_CORRECTION_HALF_WIDTH = 40.0
+
+
+def expected_sigmoid(mean: np.ndarray, var: np.ndarray, scale: float) -> np.ndarray:
+    """``E[sigmoid(scale · h)]`` for ``h ~ N(mean, var)``, elementwise, to ~1e-10.
+
+    This is the posterior-averaged probability of a normalised Gaussian likelihood
+    (``scale = 2/σ²``).  When the sigmoid is smooth on the scale of the posterior
+    (``scale·sd < 5``) 64-node Gauss–Hermite is exact to rounding; when it is sharp, the
+    integral is ``Φ(mean/sd)`` (the step's expectation) plus the expectation of the smooth
+    correction ``sigmoid(s h) - 1{h > 0}``, integrated by Gauss–Legendre on each side of 0.
+    """
+    mean, var = np.broadcast_arrays(np.asarray(mean, float), np.asarray(var, float))
+    sd = np.sqrt(np.maximum(var, 0.0))
+    out = np.empty(mean.shape)
+    point = sd == 0.0
+    out[point] = expit(scale * mean[point])
+    smooth = ~point & (scale * sd < 5.0)
+    if smooth.any():
+        h = mean[smooth][..., None] + sd[smooth][..., None] * _GH_NODES
+        out[smooth] = expit(scale * h) @ _GH_WEIGHTS / np.sqrt(2 * np.pi)
+    sharp = ~point & ~smooth
+    if sharp.any():
+        m, s = mean[sharp][..., None], sd[sharp][..., None]
+        half = _CORRECTION_HALF_WIDTH / scale
+        h = 0.5 * half * (_GL_NODES + 1.0)  # nodes on (0, half)
+        density_pos = stats.norm.pdf(h, m, s)
+        density_neg = stats.norm.pdf(-h, m, s)
+        # sigmoid(s h) - 1 = -sigmoid(-s h) for h > 0; sigmoid(-s h) - 0 for h < 0
+        correction = (expit(-scale * h) * (density_neg - density_pos)) @ _GL_WEIGHTS * 0.5 * half
+        out[sharp] = stats.norm.cdf(mean[sharp] / sd[sharp]) + correction
+    return np.clip(out, 0.0, 1.0)
+
+
+def log_expected_sigmoid(mean: np.ndarray, var: np.ndarray, scale: float) -> np.ndarray:
+    """``log E[sigmoid(scale · h)]``, stable where the probability underflows.
+
+    Exact ``log sigmoid`` for a point mass; otherwise the log of :func:`expected_sigmoid`
+    (accurate relative to its own size down to ~1e-300, since the step's expectation and the
+    correction never cancel in the tails), and ``log Φ(mean/sd)`` where even that underflows.
+    """
+    mean, var = np.broadcast_arrays(np.asarray(mean, float), np.asarray(var, float))
+    out = np.empty(mean.shape)
+    point = var <= 0.0
+    out[point] = -np.logaddexp(0.0, -scale * mean[point])
+    p = expected_sigmoid(mean[~point], var[~point], scale)
+    with np.errstate(divide="ignore"):
+        logp = np.log(p)
+    tail = p <= 0.0
+    logp[tail] = log_ndtr(mean[~point][tail] / np.sqrt(var[~point][tail]))
+    out[~point] = logp
+    return out

@@ -28,34 +28,47 @@ from bayesmv.inference.spec import HybridSpec
 _TINY_MARGIN = 1e-10
 #: λ is floored here so that 1/λ stays finite in β's precision (mass below it is < 1e-6)
 _LAMBDA_FLOOR = 1e-12
+#: above this |a| the conditional's relative sd |a|^(-1/2) is below rounding, so λ = |a| to
+#: working precision; numpy's Wald sampler underflows to 0 (λ = inf) from |a| ≈ 1e154 on
+_HUGE_MARGIN = 1e32
 
 
 def sample_lambda(a: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """Draw λ ~ GIG(1/2, 1, a²) elementwise, i.e. λ⁻¹ ~ InverseGaussian(1/|a|, 1).
 
-    ``a = C(1 - y f)``; ``a = 0`` (a point exactly on the margin) uses the limit Gamma(1/2, 2).
+    ``a = C(1 - y f)``; ``a = 0`` (a point exactly on the margin) uses the limit Gamma(1/2, 2),
+    and a huge ``|a|`` (huge C) the limit λ = |a|.
     """
     a = np.abs(np.asarray(a, dtype=float))
     lam = np.empty_like(a)
     small = a < _TINY_MARGIN
     lam[small] = rng.gamma(0.5, 2.0, size=int(small.sum()))
-    big = ~small
+    huge = a > _HUGE_MARGIN
+    lam[huge] = a[huge]
+    big = ~small & ~huge
     lam[big] = 1.0 / rng.wald(1.0 / a[big], 1.0)
     return np.maximum(lam, _LAMBDA_FLOOR)
 
 
 def _beta_precision_and_linear(Phi, y, lam, C, v) -> tuple[np.ndarray, np.ndarray]:
-    """Cholesky factor of β's conditional precision and its linear term (paper eq. 1)."""
+    """Cholesky factor of β's conditional precision and its linear term (paper eq. 1).
+
+    ``v`` is the prior precision: one number for every coefficient, or one per coefficient
+    (0 for a coefficient with a flat prior, such as an unregularised bias).
+    """
     prec = C**2 * (Phi.T @ (Phi / lam[:, None]))
-    prec[np.diag_indices_from(prec)] += v
+    prec[np.diag_indices_from(prec)] += np.asarray(v, dtype=float)
     return linalg.cholesky(prec, lower=True), Phi.T @ (C * (1.0 + C / lam) * y)
 
 
-def beta_conditional(Phi: np.ndarray, y: np.ndarray, lam: np.ndarray, C: float, v: float
-                     ) -> tuple[np.ndarray, np.ndarray]:
+def beta_conditional(Phi: np.ndarray, y: np.ndarray, lam: np.ndarray, C: float,
+                     v: float | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Mean and Cholesky factor of the precision of β | λ (paper eq. 1).
 
-    ``Σ⁻¹ = v I + C² Σ_n φ̃_n φ̃_nᵀ / λ_n``, ``μ = Σ · Σ_n C (1 + C/λ_n) y_n φ̃_n``.
+    ``Σ⁻¹ = diag(v) + C² Σ_n φ̃_n φ̃_nᵀ / λ_n``, ``μ = Σ · Σ_n C (1 + C/λ_n) y_n φ̃_n``, where
+    ``v`` is a scalar (``β ~ N(0, v⁻¹ I)``) or a vector of per-coefficient prior precisions
+    (0 gives that coefficient a flat prior; the precision stays positive definite as long as
+    the data pin that direction, e.g. a bias column of ones).
     """
     chol, lin = _beta_precision_and_linear(Phi, y, lam, C, v)
     return linalg.cho_solve((chol, True), lin), chol

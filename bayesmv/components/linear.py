@@ -1,0 +1,144 @@
+"""Linear feature map: ``z_v = [x_v; 1]`` per view, dense or sparse, never densified.
+
+The constant feature is never materialised: a view's projection onto factors
+``A ∈ R^{(D_v + 1) × k}`` (bias row last) is computed as ``z_vᵀ A = x_vᵀ A[:D_v] + A[D_v]``,
+so a ``scipy.sparse`` view costs O(nnz · k) and stays sparse in the graph (PyTensor's sparse
+``dot``, whose gradient is sparse too) and in NumPy.
+
+A missing view (all-NaN row of a dense view) is read as ``x_v = 0``: then ``z_v = [0, …, 0, 1]``
+and the view enters only through its bias row, i.e. the model keeps the lower-order
+interactions among the views that are present.  After per-view standardisation ``x_v = 0`` is
+the training mean of the view.  Sparse views cannot hold NaN; their empty rows are the same thing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pytensor
+import pytensor.sparse as pts
+import pytensor.tensor as pt
+import scipy.sparse as sp
+
+from bayesmv.components.base import BuildContext, Component
+from bayesmv.data import MultiViewData
+
+ViewMatrix = np.ndarray | sp.csr_matrix
+
+
+def fill_missing(view: ViewMatrix) -> ViewMatrix:
+    """A view with its all-NaN (missing) rows set to zero; sparse views are returned as is."""
+    if sp.issparse(view):
+        return view
+    nan = np.isnan(view)
+    if not nan.any():
+        return view
+    return np.where(nan, 0.0, view)
+
+
+def project_np(view: ViewMatrix, A: np.ndarray) -> np.ndarray:
+    """NumPy ``z_vᵀ A`` for every row and task.
+
+    Parameters
+    ----------
+    view : ndarray or CSR matrix of shape (n, D)
+        ``x_v`` (no NaN; see :func:`fill_missing`).
+    A : ndarray of shape (T, D + 1, k)
+        Factors of each task, bias row last.
+
+    Returns
+    -------
+    ndarray of shape (n, T, k)
+    """
+    T, D1, k = A.shape
+    D = D1 - 1
+    if view.shape[1] != D:
+        raise ValueError(f"view has {view.shape[1]} columns but the factors have {D} + 1 rows")
+    B = np.transpose(A[:, :D, :], (1, 0, 2)).reshape(D, T * k)
+    XB = np.asarray(view @ B).reshape(view.shape[0], T, k)
+    return XB + A[:, D, :][None]
+
+
+@dataclass
+class LinearViews:
+    """What :class:`LinearFeatures` hands to the combiner: ``z_v = [x_v; 1]`` per view.
+
+    Attributes
+    ----------
+    tensors : list
+        ``x_v`` as PyTensor shared variables (dense) or sparse shared variables (CSR).
+    sizes : tuple of int
+        ``D_v + 1`` per view (the length of ``z_v``).
+    sparse : tuple of bool
+        Which views are sparse.
+    """
+
+    tensors: list[Any]
+    sizes: tuple[int, ...]
+    sparse: tuple[bool, ...]
+
+    @property
+    def n_views(self) -> int:
+        return len(self.tensors)
+
+    def project(self, v: int, A: pt.TensorVariable) -> pt.TensorVariable:
+        """Graph of ``z_vᵀ A`` with ``A`` of shape (T, D_v + 1, k): returns (n, T, k)."""
+        D = self.sizes[v] - 1
+        T, k = A.shape[0], A.shape[2]
+        B = A[:, :D, :].dimshuffle(1, 0, 2).reshape((D, T * k))
+        X = self.tensors[v]
+        XB = pts.dot(X, B) if self.sparse[v] else pt.dot(X, B)
+        return XB.reshape((X.shape[0], T, k)) + A[:, D, :][None, :, :]
+
+
+class LinearFeatures(Component):
+    """The linear feature map of multi-view machines: ``z_v = [x_v; 1]`` for each view.
+
+    Parameters
+    ----------
+    views : sequence of int or None
+        Indices of the views to use (default: all).
+
+    Notes
+    -----
+    Publishes ``ctx.sizes["z_v"] = D_v + 1`` and a coordinate ``z_v`` for each view ``v`` (its
+    last entry is the bias), and ``ctx.state["linear_views"]``: the NumPy/CSR views the graph
+    holds (missing rows zeroed), which :meth:`initial_values` of the next piece may read.
+    """
+
+    def __init__(self, views: Sequence[int] | None = None) -> None:
+        self.views = views
+
+    def _selected(self, data: MultiViewData) -> list[int]:
+        if self.views is None:
+            return list(range(data.n_views))
+        chosen = [int(v) for v in self.views]
+        bad = [v for v in chosen if not 0 <= v < data.n_views]
+        if bad or not chosen or len(set(chosen)) != len(chosen):
+            raise ValueError(f"LinearFeatures: views must be distinct indices in "
+                             f"[0, {data.n_views}), got {list(self.views)!r}")
+        return chosen
+
+    def transform(self, data: MultiViewData) -> list[ViewMatrix]:
+        """The views as the model reads them: ``x_v`` with missing rows set to zero."""
+        return [fill_missing(data.views[v]) for v in self._selected(data)]
+
+    def build(self, ctx: BuildContext, data: MultiViewData | None = None) -> LinearViews:
+        data = ctx.data if data is None else data
+        views = self.transform(data)
+        tensors, sizes = [], []
+        for v, X in enumerate(views):
+            # shared variables, not constants: PyTensor would hash a large constant on compile
+            tensors.append(pytensor.shared(X, name=f"x_{v}", borrow=True))
+            sizes.append(X.shape[1] + 1)
+            ctx.add_coord(f"z_{v}", X.shape[1] + 1)
+        ctx.state["linear_views"] = views
+        ctx.sizes["n_linear_views"] = len(views)
+        return LinearViews(tensors, tuple(sizes), tuple(sp.issparse(X) for X in views))
+
+    def evaluate(self, data: MultiViewData) -> list[ViewMatrix]:
+        """NumPy counterpart of :meth:`build` for prediction (same as :meth:`transform`)."""
+        return self.transform(data)

@@ -1,0 +1,921 @@
+"""MVM: multi-view machines (Cao, Zhou & Yu) — CP-factorised full-order view interactions.
+
+The model graph is ``LinearFeatures`` (``z_v = [x_v; 1]``) → ``CPInteractionCombiner``
+(``ŷ = Σ_f Π_v z_vᵀ a^{(v)}_{:,f}``, O(k(V + D)) per sample) → a likelihood (logistic,
+hinge pseudo-likelihood or Gaussian).  It is fitted by MAP (L-BFGS-B on the graph's compiled
+log density), a Laplace approximation at that mode, or NUTS.  See DESIGN §5 and
+``papers/001_…``.
+"""
+
+from __future__ import annotations
+
+import numbers
+import os
+import time
+import warnings
+from typing import Any
+
+import arviz as az
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+import xarray as xr
+from pymc.util import get_untransformed_name, is_transformed_name
+from scipy.special import expit, log_expit
+from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.exceptions import ConvergenceWarning, NotFittedError
+from threadpoolctl import threadpool_limits
+
+from bayesmv.builder import BuiltModel, ModelBuilder
+from bayesmv.components import (
+    CPInteractionCombiner,
+    GaussianLikelihood,
+    HingeLikelihood,
+    LinearFeatures,
+    LogisticLikelihood,
+)
+from bayesmv.components.interaction import factor_name
+from bayesmv.components.likelihoods import (
+    class_probabilities,
+    hinge_probability,
+    log_hinge_probability,
+)
+from bayesmv.data import (
+    MultiViewData,
+    ViewLayout,
+    ViewStandardizer,
+    check_labels,
+    check_views,
+    label_tasks,
+)
+from bayesmv.diagnostics.convergence import check_convergence, warn_if_not_converged
+from bayesmv.inference.optimize import (
+    FlatLogp,
+    L1Penalty,
+    find_map,
+    laplace_approximation,
+    pareto_khat,
+)
+from bayesmv.inference.sample import nutpie_available, run_sampler
+from bayesmv.models.base import MultiViewClassifier, register
+
+_LOSSES = ("logistic", "hinge", "squared")
+_INFERENCE = ("map", "laplace", "nuts")
+_CURVATURES = ("auto", "full", "diagonal")
+#: "auto" Laplace curvature is the full Hessian up to this many parameters
+_FULL_MAX = 2000
+_NOTE = ("Judged on the decision values f at the training points (the probe points): the "
+         "factors A_v are not identifiable (sign flips between views, permutations of the "
+         "rank components, rescalings across views) and are not judged.")
+
+
+def _check_positive(name: str, value: Any, integer: bool = False) -> None:
+    if integer:
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        return
+    if (not isinstance(value, numbers.Real) or isinstance(value, bool)
+            or not np.isfinite(value) or value <= 0):
+        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+
+
+class _MVMCore:
+    """Graph, inference and prediction shared by :class:`MVM` and :class:`MVMRegressor`."""
+
+    # ------------------------------------------------------------- settings
+    def _loss(self) -> str:
+        raise NotImplementedError
+
+    def _validate_params(self) -> None:
+        loss = self._loss()
+        if loss not in _LOSSES:
+            raise ValueError(f"loss must be one of {_LOSSES}, got {loss!r}")
+        if self.inference not in _INFERENCE:
+            raise ValueError(f"inference must be one of {_INFERENCE}, got {self.inference!r}")
+        self._combiner().validate()
+        for name in ("draws", "chains", "max_iter", "max_predict_draws", "n_init"):
+            _check_positive(name, getattr(self, name), integer=True)
+        if (not isinstance(self.tune, numbers.Integral) or isinstance(self.tune, bool)
+                or self.tune < 0):
+            raise ValueError(f"tune must be a non-negative integer, got {self.tune!r}")
+        _check_positive("tol", self.tol)
+        if not (isinstance(self.target_accept, numbers.Real) and 0 < self.target_accept < 1):
+            raise ValueError(f"target_accept must lie in (0, 1), got {self.target_accept!r}")
+        if self.laplace_curvature not in _CURVATURES:
+            raise ValueError(f"laplace_curvature must be one of {_CURVATURES}, "
+                             f"got {self.laplace_curvature!r}")
+        if self.nuts_sampler not in ("pymc", "nutpie"):
+            raise ValueError(f"nuts_sampler must be 'pymc' or 'nutpie', got {self.nuts_sampler!r}")
+        if self.inference == "nuts" and self.nuts_sampler == "nutpie" and not nutpie_available():
+            raise ImportError("nuts_sampler='nutpie' needs nutpie: pip install 'bayesmv[fast]'")
+        if self.cores is not None:
+            _check_positive("cores", self.cores, integer=True)
+        if self.random_seed is not None and (not isinstance(self.random_seed, numbers.Integral)
+                                             or isinstance(self.random_seed, bool)
+                                             or self.random_seed < 0):
+            raise ValueError(f"random_seed must be None or a non-negative integer, "
+                             f"got {self.random_seed!r}")
+        if self.inference == "laplace" and loss == "hinge":
+            raise ValueError("inference='laplace' needs a twice-differentiable likelihood; the "
+                             "hinge pseudo-likelihood is piecewise linear (no curvature): use "
+                             "inference='map' or 'nuts', or loss='logistic'")
+        if self.inference == "laplace" and self.prior == "laplace":
+            raise ValueError("inference='laplace' with prior='laplace' is not offered: the L1 "
+                             "prior has no curvature away from zero and a kink at zero, so a "
+                             "Gaussian at the mode misrepresents it; use prior='normal' or "
+                             "inference='nuts'")
+
+    def _combiner(self) -> CPInteractionCombiner:
+        return CPInteractionCombiner(
+            rank=self.rank, prior=self.prior, prior_scale=self.prior_scale,
+            scale_prior=None if self.scale_prior is None else tuple(self.scale_prior),
+            init_scale=self.init_scale)
+
+    def _likelihood(self):
+        raise NotImplementedError
+
+    def make_builder(self) -> ModelBuilder:
+        """The model graph (identity → linear ``[x_v; 1]`` → CP interaction → likelihood)."""
+        return ModelBuilder(None, LinearFeatures(), self._combiner(), self._likelihood())
+
+    # ------------------------------------------------------------ data
+    def _check_X(self, X, layout: ViewLayout | None = None) -> MultiViewData:
+        return check_views(X, self.view_sizes, layout=layout, argument="X", allow_sparse=True)
+
+    def _standardize(self, data: MultiViewData) -> tuple[MultiViewData, ViewStandardizer | None]:
+        if not self.standardize:
+            return data, None
+        standardizer = ViewStandardizer().fit(data)
+        return standardizer.transform(data), standardizer
+
+    def _prepare(self, X) -> MultiViewData:
+        self._check_fitted()
+        data = self._check_X(X, layout=self.layout_)
+        return self.standardizer_.transform(data) if self.standardizer_ is not None else data
+
+    # ------------------------------------------------------------ inference
+    def _cores(self) -> int:
+        return self.cores if self.cores is not None else max(1, min(self.chains,
+                                                                     os.cpu_count() or 1))
+
+    def _l1_penalty(self, built: BuiltModel, flat: FlatLogp) -> L1Penalty | None:
+        if self.prior != "laplace":
+            return None
+        V = built.context.sizes["n_linear_views"]
+        names = [factor_name(v) for v in range(V)]
+        if self.scale_prior is None:
+            return L1Penalty(names, [1.0 / self.prior_scale] * V)
+        return L1Penalty(names, [("prior_rate_log__", v) for v in range(V)])
+
+    def _neg_hessian_diagonal(self, built: BuiltModel, flat: FlatLogp):
+        """Exact ``-diag ∇² log p`` in the value space: factors in closed form (the model is
+        multilinear), the few other parameters by Hessian-vector products."""
+        combiner: CPInteractionCombiner = built.builder.combiner
+        views = built.context.state["linear_views"]
+        V = len(views)
+        targets = built.context.targets
+
+        def diag(x: np.ndarray) -> np.ndarray:
+            point = flat.to_point(x)
+            factors = [point[factor_name(v)] for v in range(V)]
+            if self._loss() == "logistic":
+                p = expit(combiner.evaluate(factors, views))
+                d2 = -p * (1.0 - p)
+            else:  # squared
+                sigma = (float(np.exp(point["sigma_log__"])) if "sigma_log__" in point
+                         else float(built.builder.likelihood.sigma))
+                d2 = np.full(targets.shape, -1.0 / sigma**2)
+            lik = combiner.loglik_hessian_diagonal(factors, views, d2)
+            rates = combiner.prior_rates(point, V)
+            out = np.empty(flat.size)
+            for v in range(V):
+                out[flat.slices[factor_name(v)]] = (-lik[v] + rates[v]).ravel()
+            others = [n for n in flat.names if not n.startswith("A_")]
+            e = np.zeros(flat.size)
+            for name in others:
+                for j in range(flat.slices[name].start, flat.slices[name].stop):
+                    e[j] = 1.0
+                    out[j] = -flat.hvp(x, e)[j]
+                    e[j] = 0.0
+            return out
+
+        return diag
+
+    @staticmethod
+    def _gauge_directions(built: BuiltModel, flat: FlatLogp, x: np.ndarray) -> np.ndarray | None:
+        """Tangents of the exact rotation symmetry of two-view models at ``x``.
+
+        With V = 2, ``ŷ = z_1ᵀ A_1 A_2ᵀ z_2`` and ``(A_1 R, A_2 R)`` for orthogonal R leaves
+        ŷ and a Gaussian prior (also with per-view scales) unchanged: k(k-1)/2 flat directions
+        per task, ``(A_1 G, A_2 G)`` for antisymmetric G.  With V ≥ 3 the CP factors are
+        essentially unique (up to permutations and rescalings, which the prior breaks).
+        """
+        if built.context.sizes["n_linear_views"] != 2:
+            return None
+        point = flat.to_point(x)
+        A = [point[factor_name(0)], point[factor_name(1)]]
+        T, _, k = A[0].shape
+        dirs = []
+        for t in range(T):
+            for i in range(k):
+                for j in range(i + 1, k):
+                    d = np.zeros(flat.size)
+                    for v in range(2):
+                        dA = np.zeros_like(A[v])
+                        dA[t, :, j] = A[v][t, :, i]   # A G with G = e_i e_jᵀ - e_j e_iᵀ
+                        dA[t, :, i] = -A[v][t, :, j]
+                        d[flat.slices[factor_name(v)]] = dA.ravel()
+                    dirs.append(d)
+        return np.column_stack(dirs) if dirs else None
+
+    def _point_function(self, built: BuiltModel):
+        """Compiled map from value-space parameters to the named variables (and ``f``)."""
+        model = built.model
+        outs = [o for o in model.unobserved_value_vars if not is_transformed_name(o.name)]
+        fn = model.compile_fn(outs, inputs=model.value_vars, point_fn=False)
+        names = [o.name for o in outs]
+        order = [v.name for v in model.value_vars]
+
+        def evaluate(point: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+            return dict(zip(names, fn(*[point[n] for n in order]), strict=True))
+
+        return evaluate
+
+    def _to_idata(self, built: BuiltModel, draws: list[dict[str, np.ndarray]]
+                  ) -> az.InferenceData:
+        model = built.model
+        names = list(draws[0])
+        posterior = {n: np.stack([d[n] for d in draws])[None] for n in names}
+        dims = {n: list(model.named_vars_to_dims.get(n, ())) for n in names}
+        coords = {k: np.asarray(v) for k, v in model.coords.items()}
+        return az.from_dict(posterior=posterior, dims=dims, coords=coords)
+
+    def _run_inference(self, built: BuiltModel) -> tuple[az.InferenceData, dict[str, Any],
+                                                           dict[str, np.ndarray]]:
+        """Fit the graph; return (idata, info for attrs, point estimate of named variables)."""
+        model = built.model
+        seeds = np.random.SeedSequence(self.random_seed).spawn(self.n_init + 1)
+        info: dict[str, Any] = {"inference": "mcmc" if self.inference == "nuts"
+                                else self.inference}
+        if self.inference == "nuts":
+            var_names = [rv.name for rv in model.free_RVs] + ["f"]
+            idata = run_sampler(
+                built, sampler="nuts", draws=self.draws, tune=self.tune, chains=self.chains,
+                cores=self._cores(), random_seed=self.random_seed, trace_vars=var_names,
+                progressbar=self.progressbar, target_accept=self.target_accept,
+                nuts_sampler=self.nuts_sampler)
+            lp = idata.sample_stats["lp"].values
+            c, d = np.unravel_index(int(np.argmax(lp)), lp.shape)
+            best = {n: idata.posterior[n].values[c, d] for n in var_names if n != "f"}
+            info["point_estimate"] = "highest-density draw"
+            return idata, info, best
+        flat = FlatLogp(model, jacobian=self.inference == "laplace")
+        l1 = self._l1_penalty(built, flat)
+        res, logps = None, []
+        for seed in seeds[:self.n_init]:
+            x0 = flat.from_point(built.initial_values(np.random.default_rng(seed)))
+            # one BLAS thread: numpy's and PyTensor's pools fight on 2 cores (DESIGN §8)
+            with threadpool_limits(limits=1, user_api="blas"):
+                trial = find_map(flat, x0, l1=l1, max_iter=self.max_iter, tol=self.tol)
+            logps.append(trial.logp)
+            if res is None or trial.logp > res.logp:
+                res = trial
+        info["restart_logps"] = np.asarray(logps)
+        if res.hit_max_iter:
+            warnings.warn(f"L-BFGS-B stopped at max_iter={self.max_iter} before converging "
+                          f"({res.message}); increase max_iter or loosen tol.",
+                          ConvergenceWarning, stacklevel=3)
+        info.update(optimizer_iterations=res.n_iter, optimizer_evaluations=res.n_evals,
+                    optimizer_message=res.message, optimizer_success=int(res.success),
+                    map_logp=res.logp, map_jacobian=int(flat.jacobian))
+        to_named = self._point_function(built)
+        mode = to_named(res.point)
+        best = {n: v for n, v in mode.items() if n != "f"}
+        info["point_estimate"] = "mode"
+        if self.inference == "map":
+            return self._to_idata(built, [mode]), info, best
+        curvature = self.laplace_curvature
+        if curvature == "auto":
+            curvature = "full" if flat.size <= _FULL_MAX else "diagonal"
+        with threadpool_limits(limits=1, user_api="blas"):
+            if curvature == "full":
+                lap = laplace_approximation(
+                    flat, res.x, curvature="full",
+                    null_directions=self._gauge_directions(built, flat, res.x))
+            else:
+                lap = laplace_approximation(
+                    flat, res.x, curvature="diagonal",
+                    neg_hessian_diagonal=self._neg_hessian_diagonal(built, flat))
+        X, log_q = lap.sample(self.draws, np.random.default_rng(seeds[-1]))
+        draws = [to_named(flat.to_point(x)) for x in X]
+        # f at the training points from the linearised predictive (see _predictive_f), so the
+        # stored f and every prediction describe the same predictive distribution
+        V = built.context.sizes["n_linear_views"]
+        names = [factor_name(v) for v in range(V)]
+        f_lin = CPInteractionCombiner.linearized_evaluate(
+            [mode[n] for n in names], [np.stack([d[n] for d in draws]) for n in names],
+            built.context.state["linear_views"])
+        for d, f in zip(draws, f_lin, strict=True):
+            d["f"] = f
+        idata = self._to_idata(built, draws)
+        khat = pareto_khat([flat(x)[0] for x in X], log_q)
+        info.update(laplace_curvature=lap.curvature, laplace_flat_directions=lap.n_clipped,
+                    laplace_khat=khat)
+        if khat > 0.7:
+            warnings.warn(
+                f"The Laplace approximation fits the joint posterior poorly (Pareto k-hat "
+                f"{khat:.2f} > 0.7 for its draws): treat its uncertainty as rough and check its "
+                "predictions on held-out data (they use the linearised predictive, centred on "
+                "the mode's decision values).  Factor posteriors are curved (rescalings "
+                "between views form ridges), and on (nearly) separable data the likelihood is "
+                "flat at the mode, so the Gaussian takes its width from the prior alone.  For "
+                "the full posterior use inference='nuts'.", RuntimeWarning, stacklevel=3)
+        # marginal sds in the unconstrained space (log scale for positive parameters)
+        dims = built.model.named_vars_to_dims
+        sd_point = flat.to_point(lap.sd)
+        info["_laplace_sd"] = {
+            f"sd_{n}": (dims.get(get_untransformed_name(n) if is_transformed_name(n) else n, ()),
+                        sd_point[n])
+            for n in flat.names}
+        return idata, info, best
+
+    def _finish_idata(self, built: BuiltModel, idata: az.InferenceData, info: dict[str, Any],
+                      best: dict[str, np.ndarray], observed: dict[str, Any]) -> None:
+        model = built.model
+        fit_vars = {n: (tuple(model.named_vars_to_dims.get(n, ())), v) for n, v in best.items()}
+        fit_vars.update(info.pop("_laplace_sd", {}))
+        coords = {k: np.asarray(v) for k, v in model.coords.items()}
+        fit = xr.Dataset(fit_vars)
+        fit = fit.assign_coords({k: v for k, v in coords.items() if k in fit.dims})
+        fit.attrs["point_estimate"] = info["point_estimate"]
+        labels = xr.Dataset(observed)
+        if "observed_data" in idata.groups():  # pm.sample already stored y_obs there
+            idata.observed_data = xr.merge([idata.observed_data, labels])
+            idata.add_groups(fit=fit)
+        else:
+            idata.add_groups(fit=fit, observed_data=labels)
+        for key, value in info.items():
+            idata.posterior.attrs[key] = value
+
+    @staticmethod
+    def _convergence_report(idata: az.InferenceData):
+        """R-hat / ESS / divergences judged on ``f`` only, with a note saying why."""
+        report = check_convergence(idata, var_names=["f"])
+        extra = report.note.split("are not judged.", 1)[-1].strip()
+        report.note = _NOTE + (" " + extra if extra else "")
+        return report
+
+    # ------------------------------------------------------------ fitted state
+    def _factors_from_idata(self, idata: az.InferenceData | None = None,
+                            n_views: int | None = None) -> list[np.ndarray]:
+        fit = (self.idata_ if idata is None else idata).fit
+        V = len(self.layout_.view_sizes) if n_views is None else n_views
+        factors = [np.asarray(fit[factor_name(v)].values) for v in range(V)]
+        return [A[0] for A in factors] if factors[0].shape[0] == 1 else factors
+
+    def _posterior_factor_draws(self) -> tuple[list[np.ndarray], np.ndarray]:
+        """Thinned posterior draws: factors per view (S, T, D_v + 1, k) and the indices."""
+        post = self.idata_.posterior
+        total = post.sizes["chain"] * post.sizes["draw"]
+        keep = np.unique(np.linspace(0, total - 1, min(total, self.max_predict_draws))
+                         .round().astype(int))
+        V = len(self.layout_.view_sizes)
+        out = []
+        for v in range(V):
+            arr = post[factor_name(v)].values
+            out.append(arr.reshape((total,) + arr.shape[2:])[keep])
+        return out, keep
+
+    def _mode_factors(self) -> list[np.ndarray]:
+        """The point estimate's factors, (T, D_v + 1, k) per view (multi-task shape kept)."""
+        fit = self.idata_.fit
+        return [np.asarray(fit[factor_name(v)].values)
+                for v in range(len(self.layout_.view_sizes))]
+
+    def _predictive_f(self, X) -> np.ndarray:
+        """Decision values per retained posterior draw: (S, n, T).
+
+        NUTS (and MAP, one draw): the model equation at each draw.  Laplace: the linearised
+        predictive ``ŷ(Â) + J(Â)(A_s − Â)`` at each Laplace draw ``A_s`` (see ``inference``).
+        """
+        data = self._prepare(X)
+        views = LinearFeatures().transform(data)
+        factors, _ = self._posterior_factor_draws()
+        if self.idata_.posterior.attrs.get("inference") == "laplace":
+            return CPInteractionCombiner.linearized_evaluate(self._mode_factors(), factors,
+                                                             views)
+        S = factors[0].shape[0]
+        return np.stack([CPInteractionCombiner.evaluate([A[s] for A in factors], views)
+                         for s in range(S)])
+
+    def _hyper_draws(self, name: str) -> np.ndarray | None:
+        post = self.idata_.posterior
+        if name not in post:
+            return None
+        total = post.sizes["chain"] * post.sizes["draw"]
+        _, keep = self._posterior_factor_draws()
+        return post[name].values.reshape(total)[keep]
+
+    @property
+    def optimizer_(self) -> dict[str, Any]:
+        """L-BFGS-B outcome of a MAP or Laplace fit (iterations, message, log density)."""
+        self._check_fitted()
+        attrs = self.idata_.posterior.attrs
+        return {k: attrs[k] for k in attrs if k.startswith(("optimizer_", "map_", "restart_"))}
+
+    def training_decision_values(self) -> xr.DataArray:
+        """Posterior draws of ``f`` at the training points (the quantity MCMC is judged on)."""
+        self._check_fitted()
+        return self.idata_.posterior["f"]
+
+
+@register
+class MVM(_MVMCore, MultiViewClassifier):
+    """Multi-view machine: full-order view interactions with jointly CP-factorised weights.
+
+    ``ŷ(x) = Σ_{f=1}^k Π_{v=1}^V (z_vᵀ a^{(v)}_{:,f})`` with ``z_v = [x_v; 1]``: every interaction
+    order, from the global bias through single features to products of one feature from every
+    view, shares the factors ``A^{(v)} ∈ R^{(D_v+1) × k}`` (Cao, Zhou & Yu; DESIGN §5).  Computed
+    in O(k(V + D)) per sample; scipy.sparse views (e.g. hashed CTR features) are never
+    densified.  Multi-class problems are one-vs-rest (one set of factors per class).
+
+    Parameters
+    ----------
+    rank : int, default 8
+        Number of factors k.
+    loss : {"logistic", "hinge", "squared"}, default "logistic"
+        Bernoulli-logit likelihood; the hinge pseudo-likelihood ``exp(-2C max(0, 1 - y ŷ))``
+        (M³LAK's :class:`~bayesmv.components.HingeLikelihood`); or a Gaussian N(ŷ, 1) on the
+        ±1 labels (least squares).
+    prior : {"normal", "laplace"}, default "normal"
+        Prior of every factor entry: N(0, s²) (L2 penalty ``Σ a²/(2s²)``) or Laplace(0, s)
+        (L1 penalty ``Σ |a|/s``; the MAP is solved exactly, zeros included).
+    prior_scale : float, default 1.0
+        s (fixed); with ``scale_prior``, the starting value.
+    inference : {"map", "laplace", "nuts"}, default "map"
+        ``"map"``: L-BFGS-B (full batch) on the graph's compiled log density from a jittered
+        start (all-zero factors are a saddle point).  ``"laplace"``: a Gaussian
+        ``N(Â, Σ)`` at the mode ``Â`` in the unconstrained space (see
+        ``laplace_curvature``); its Pareto k̂ (PSIS of the draws,
+        ``idata_.posterior.attrs["laplace_khat"]``) is checked and a warning raised above
+        0.7, which is typical of (nearly) separable data.  Its predictive is *linearised*
+        (the GLM predictive of MacKay 1992 and Immer, Korzepa & Bauer 2021):
+        ``ŷ_lin(A) = ŷ(Â) + J(Â)(A − Â)`` at each Laplace draw, with the exact Jacobian-vector
+        product ``J δ = Σ_v Σ_f (z_vᵀ δa^{(v)}_{:,f}) Π_{u≠v} (z_uᵀ â^{(u)}_{:,f})``
+        (O(n·k·(V + D)) per draw).  So the predictive mean of ``ŷ`` is the mode's
+        decision value and its spread is the first-order one, ``J Σ Jᵀ``;
+        :meth:`predict_proba` averages the likelihood's probability over these draws.  Why:
+        evaluating the multiplicative model equation at the sampled factors perturbs hundreds
+        of entries per view independently, mostly in prior-dominated directions with sd ≈
+        ``prior_scale``, and the product of V perturbed projections then explodes, so that
+        predictive is noise around chance (UCI digits: 0.42–0.56 accuracy where the MAP has
+        0.95).  The stored factor draws (``idata_.posterior``) are the Gaussian's own; ``f``
+        there holds the linearised values.  ``"nuts"``: PyMC's NUTS on the full posterior
+        (``nuts_sampler="nutpie"`` when installed), predictions from the model equation at
+        every draw; convergence is judged on ``f`` at the training points
+        (``convergence_``), never on the non-identifiable factors.
+    draws : int, default 1000
+        Posterior draws per chain (NUTS) or Laplace draws.
+    tune : int, default 1000
+        NUTS tuning iterations per chain.
+    chains : int, default 2
+        NUTS chains.
+    random_seed : int or None
+        The same seed gives the same start, fit and predictions.
+    C : float, default 1.0
+        Hinge constant (``loss="hinge"`` only).
+    scale_prior : (alpha, beta) or None
+        Gamma(α, β) hyper-prior per view on the prior's precision 1/s² (normal) or rate 1/s
+        (laplace), estimated with the factors.
+    init_scale : float, default 0.1
+        Relative size of the random feature rows of the jittered start, which sits near a
+        linear model (see :meth:`CPInteractionCombiner.initial_values`).
+    n_init : int, default 1
+        Jittered starts of the optimiser (MAP, Laplace); the mode with the highest log
+        posterior is kept (the objective is not convex; all values are in
+        ``idata_.posterior.attrs["restart_logps"]``).
+    max_iter : int, default 2000
+        L-BFGS-B iterations per start (MAP and the Laplace mode).
+    tol : float, default 1e-9
+        L-BFGS-B relative objective tolerance (projected-gradient tolerance ``1000·tol``).
+    laplace_curvature : {"auto", "full", "diagonal"}, default "auto"
+        Curvature of the Laplace approximation: the exact Hessian ("full", all correlations;
+        chosen by "auto" up to 2000 parameters) or its exact diagonal ("diagonal": the model
+        is multilinear, so the diagonal is a closed form at O(k·nnz) cost; cross-parameter
+        correlations, e.g. between views' factors, are dropped).
+    nuts_sampler : {"pymc", "nutpie"}, default "pymc"
+    target_accept : float, default 0.9
+    cores : int or None
+        Processes for NUTS chains (default: one per chain up to the CPU count).
+    max_predict_draws : int, default 200
+        Posterior draws averaged at prediction time (evenly thinned).
+    progressbar : bool, default False
+    view_sizes : sequence of int or None
+        Widths of the consecutive views when ``X`` is one 2-D array (or one sparse matrix).
+    standardize : bool, default True
+        Standardise each dense view on the training rows.  Sparse views are used as given
+        (centring would densify them; see :class:`bayesmv.data.ViewStandardizer`).
+
+    Attributes
+    ----------
+    factors_ : list of ndarray
+        Point estimate of each view's factors, shape (D_v + 1, k) with the bias row last
+        ((n_classes, D_v + 1, k) for multi-class): the mode (MAP, Laplace) or, for NUTS, the
+        draw of highest log density (posterior means of factors are meaningless under their
+        sign and permutation symmetries).
+    idata_ : arviz.InferenceData
+        ``posterior`` (one draw for MAP; Laplace or NUTS draws) with ``A_v``, ``f`` (training
+        decision values; for Laplace the linearised ones) and any ``prior_rate``; ``fit`` (the point estimate; Laplace sds);
+        ``observed_data``.  ``posterior.attrs["inference"]`` is "map", "laplace" or "mcmc".
+    convergence_ : ConvergenceReport or None
+        For NUTS: R-hat / ESS / divergences judged on ``f``.
+
+    Notes
+    -----
+    Missing views (all-NaN rows of dense views) are handled natively: such a view is read as
+    ``x_v = 0`` (after standardisation, the training mean), so it contributes through its bias
+    row only and the prediction uses the interactions among the views that are present.
+    """
+
+    def __init__(
+        self,
+        rank: int = 8,
+        loss: str = "logistic",
+        prior: str = "normal",
+        prior_scale: float = 1.0,
+        inference: str = "map",
+        draws: int = 1000,
+        tune: int = 1000,
+        chains: int = 2,
+        random_seed: int | None = None,
+        C: float = 1.0,
+        scale_prior: tuple[float, float] | None = None,
+        init_scale: float = 0.1,
+        n_init: int = 1,
+        max_iter: int = 2000,
+        tol: float = 1e-9,
+        laplace_curvature: str = "auto",
+        nuts_sampler: str = "pymc",
+        target_accept: float = 0.9,
+        cores: int | None = None,
+        max_predict_draws: int = 200,
+        progressbar: bool = False,
+        view_sizes: tuple[int, ...] | None = None,
+        standardize: bool = True,
+    ) -> None:
+        self.rank = rank
+        self.loss = loss
+        self.prior = prior
+        self.prior_scale = prior_scale
+        self.inference = inference
+        self.draws = draws
+        self.tune = tune
+        self.chains = chains
+        self.random_seed = random_seed
+        self.C = C
+        self.scale_prior = scale_prior
+        self.init_scale = init_scale
+        self.n_init = n_init
+        self.max_iter = max_iter
+        self.tol = tol
+        self.laplace_curvature = laplace_curvature
+        self.nuts_sampler = nuts_sampler
+        self.target_accept = target_accept
+        self.cores = cores
+        self.max_predict_draws = max_predict_draws
+        self.progressbar = progressbar
+        self.view_sizes = view_sizes
+        self.standardize = standardize
+
+    def _loss(self) -> str:
+        return self.loss
+
+    def _validate_params(self) -> None:
+        super()._validate_params()
+        if self.loss == "hinge":
+            _check_positive("C", self.C)
+
+    def _likelihood(self):
+        if self.loss == "logistic":
+            return LogisticLikelihood()
+        if self.loss == "hinge":
+            return HingeLikelihood(self.C)
+        return GaussianLikelihood(sigma=1.0)
+
+    def _validate_training_data(self, X, y):
+        data = self._check_X(X)
+        classes, y_index = check_labels(y, data.n_samples, argument="y")
+        return data, classes, y_index
+
+    def build_model(self, X, y) -> BuiltModel:
+        """Validate and standardise (X, y) and build the ``pm.Model`` without fitting it."""
+        self._validate_params()
+        data, classes, y_index = self._validate_training_data(X, y)
+        data, standardizer = self._standardize(data)
+        built = self.make_builder().build(data, label_tasks(y_index, len(classes)))
+        built.classes, built.y_index, built.standardizer = classes, y_index, standardizer
+        return built
+
+    def fit(self, X, y) -> MVM:
+        """Fit the MVM to training views ``X`` and labels ``y``.
+
+        Parameters
+        ----------
+        X : list of array-like or scipy.sparse matrices (one (n_samples, D_v) per view), or
+            one 2-D array / sparse matrix with ``view_sizes``.
+        y : array-like of shape (n_samples,)
+            Class labels; more than two classes are fitted one-vs-rest.
+
+        Returns
+        -------
+        self
+        """
+        built = self.build_model(X, y)
+        start = time.perf_counter()
+        idata, info, best = self._run_inference(built)
+        info["fit_seconds"] = time.perf_counter() - start
+        observed = {"y": ("sample", built.y_index),
+                    "y_tasks": (("sample", "task"), built.context.targets)}
+        self._finish_idata(built, idata, info, best, observed)
+        report = self._convergence_report(idata) if self.inference == "nuts" else None
+        layout = ViewLayout(built.context.data.view_sizes, built.context.data.view_names)
+        factors = self._factors_from_idata(idata, layout.n_views)
+        # fitted state only now, in one step: a failure above leaves a previous fit intact
+        self._commit(classes_=built.classes, layout_=layout, standardizer_=built.standardizer,
+                     idata_=idata, n_features_in_=int(sum(layout.view_sizes)),
+                     factors_=factors, convergence_=report)
+        if report is not None:
+            warn_if_not_converged(report)
+        return self
+
+    @property
+    def fit_time_(self) -> float:
+        """Wall-clock seconds of the inference (optimisation, Laplace or sampling)."""
+        self._check_fitted()
+        return float(self.idata_.posterior.attrs["fit_seconds"])
+
+    def _set_extra_state(self, state: dict[str, Any]) -> None:
+        self.n_features_in_ = int(sum(self.layout_.view_sizes))
+        self.factors_ = self._factors_from_idata()
+        self.convergence_ = None
+        if self.idata_.posterior.attrs.get("inference") == "mcmc":
+            self.convergence_ = self._convergence_report(self.idata_)
+
+    # ----------------------------------------------------------- prediction
+    def _probability(self, f: np.ndarray) -> np.ndarray:
+        if self.loss == "logistic":
+            return LogisticLikelihood.probability(f)
+        if self.loss == "hinge":
+            return hinge_probability(f, self.C)
+        return GaussianLikelihood.probability(f, 1.0)
+
+    def _log_probability(self, f: np.ndarray) -> np.ndarray:
+        """``log p(y = +1 | f)`` (finite where the probability underflows)."""
+        if self.loss == "logistic":
+            return log_expit(f)
+        if self.loss == "hinge":
+            return log_hinge_probability(f, self.C)
+        return log_expit(2.0 * f)  # the Gaussian normalised over ±1, σ = 1
+
+    def decision_function(self, X) -> np.ndarray:
+        """Posterior mean of ``ŷ`` (the MAP's ``ŷ`` for ``inference="map"``; for
+        ``"laplace"`` the mean of the linearised draws, i.e. the mode's ``ŷ`` up to Monte-Carlo
+        error).
+
+        Shape (n_samples,) for binary problems (positive favours ``classes_[1]``), else
+        (n_samples, n_classes).
+        """
+        f = self._predictive_f(X).mean(axis=0)
+        return f[:, 0] if f.shape[1] == 1 else f
+
+    def _decision_draws(self, X) -> np.ndarray:
+        """Decision values per retained posterior draw: (n_draws, n_samples, n_tasks)."""
+        return self._predictive_f(X)
+
+    def _class_probability_draws(self, X) -> np.ndarray:
+        """Class probabilities per retained draw: (n_draws, n_samples, n_classes)."""
+        return class_probabilities(self._log_probability(self._predictive_f(X)))
+
+    def view_relevance(self) -> pd.DataFrame:
+        """Size of each view's feature rows in the point-estimate factors.
+
+        In ``ŷ = Σ_f Π_v (x_vᵀ a^{(v)}_{:D_v,f} + a^{(v)}_{bias,f})`` a view whose feature rows are
+        zero contributes only its bias row (a constant factor), so the Frobenius norm of the
+        feature rows measures how much the model uses the view's features (on the
+        standardised scale when ``standardize=True``).
+        """
+        self._check_fitted()
+        rows = []
+        for name, A in zip(self.layout_.view_names, self.factors_, strict=True):
+            A = A if A.ndim == 3 else A[None]
+            rows.append((name, float(np.linalg.norm(A[:, :-1, :])),
+                         float(np.linalg.norm(A[:, -1, :]))))
+        frame = pd.DataFrame(rows, columns=["view", "feature_norm", "bias_norm"]).set_index("view")
+        frame["share"] = frame["feature_norm"] ** 2 / float((frame["feature_norm"] ** 2).sum())
+        frame.attrs["description"] = {
+            "feature_norm": "Frobenius norm of the view's feature rows of the factors "
+                            "(all ranks and classes): how strongly its features enter ŷ",
+            "bias_norm": "norm of the view's bias row (its constant factor in every order)",
+            "share": "feature_norm² as a fraction of the sum over views"}
+        frame.attrs["title"] = "MVM: size of each view's factor rows (point estimate)"
+        frame.attrs["bars"] = ["share"]
+        return frame
+
+    def predict_proba(self, X) -> np.ndarray:
+        """Class probabilities averaged over the posterior draws (one draw for MAP; the
+        linearised draws of ``ŷ`` for Laplace).
+
+        Logistic: ``sigmoid(ŷ)``; hinge: the normalised pseudo-likelihood; squared: the
+        Gaussian likelihood normalised over the targets ±1 (``sigmoid(2ŷ)``).  One-vs-rest
+        scores are renormalised to sum to one (in log space: far from the data every score can
+        underflow to 0, and the ratio of their logs still decides).
+        """
+        return class_probabilities(self._log_probability(self._predictive_f(X)), axis=0)
+
+
+@register
+class MVMRegressor(_MVMCore, RegressorMixin, BaseEstimator):
+    """Multi-view machine for real-valued targets (squared loss, Gaussian likelihood).
+
+    The target is centred and scaled to unit variance internally (``y_mean_``, ``y_scale_``);
+    predictions are returned on the original scale.  Parameters as :class:`MVM`, plus
+
+    Parameters
+    ----------
+    sigma : float or None, default None
+        Noise standard deviation on the standardised scale; ``None`` learns it under a
+        half-normal prior of scale ``sigma_prior_scale``.
+    sigma_prior_scale : float, default 1.0
+
+    Attributes
+    ----------
+    factors_ : list of ndarray of shape (D_v + 1, k)
+        Point estimate of the factors (for the standardised target).
+    """
+
+    def __init__(
+        self,
+        rank: int = 8,
+        prior: str = "normal",
+        prior_scale: float = 1.0,
+        inference: str = "map",
+        draws: int = 1000,
+        tune: int = 1000,
+        chains: int = 2,
+        random_seed: int | None = None,
+        sigma: float | None = None,
+        sigma_prior_scale: float = 1.0,
+        scale_prior: tuple[float, float] | None = None,
+        init_scale: float = 0.1,
+        n_init: int = 1,
+        max_iter: int = 2000,
+        tol: float = 1e-9,
+        laplace_curvature: str = "auto",
+        nuts_sampler: str = "pymc",
+        target_accept: float = 0.9,
+        cores: int | None = None,
+        max_predict_draws: int = 200,
+        progressbar: bool = False,
+        view_sizes: tuple[int, ...] | None = None,
+        standardize: bool = True,
+    ) -> None:
+        self.rank = rank
+        self.prior = prior
+        self.prior_scale = prior_scale
+        self.inference = inference
+        self.draws = draws
+        self.tune = tune
+        self.chains = chains
+        self.random_seed = random_seed
+        self.sigma = sigma
+        self.sigma_prior_scale = sigma_prior_scale
+        self.scale_prior = scale_prior
+        self.init_scale = init_scale
+        self.n_init = n_init
+        self.max_iter = max_iter
+        self.tol = tol
+        self.laplace_curvature = laplace_curvature
+        self.nuts_sampler = nuts_sampler
+        self.target_accept = target_accept
+        self.cores = cores
+        self.max_predict_draws = max_predict_draws
+        self.progressbar = progressbar
+        self.view_sizes = view_sizes
+        self.standardize = standardize
+
+    def _loss(self) -> str:
+        return "squared"
+
+    def _validate_params(self) -> None:
+        super()._validate_params()
+        if self.sigma is not None:
+            _check_positive("sigma", self.sigma)
+        _check_positive("sigma_prior_scale", self.sigma_prior_scale)
+
+    def _likelihood(self):
+        return GaussianLikelihood(sigma=self.sigma, sigma_prior_scale=self.sigma_prior_scale)
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "idata_"):
+            raise NotFittedError(f"This {type(self).__name__} instance is not fitted yet; "
+                                 "call 'fit' with training data first.")
+
+    @staticmethod
+    def _check_target(y, n: int) -> np.ndarray:
+        if y is None:
+            raise TypeError("y: targets are required, got None")
+        if sp.issparse(y):
+            raise TypeError("y: sparse targets are not supported; pass a 1-D array")
+        arr = np.asarray(y)
+        if arr.ndim == 2 and arr.shape[1] == 1:
+            arr = arr.ravel()
+        if arr.ndim != 1:
+            raise ValueError(f"y must be 1-D (one target per sample), got shape {arr.shape}")
+        if arr.shape[0] != n:
+            raise ValueError(f"y has {arr.shape[0]} targets but X has {n} samples")
+        try:
+            arr = arr.astype(np.float64)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"y must be numeric: {exc}") from exc
+        if not np.all(np.isfinite(arr)):
+            raise ValueError("y contains NaN or infinite values")
+        return arr
+
+    def build_model(self, X, y) -> BuiltModel:
+        """Validate (X, y), standardise views and target, and build the ``pm.Model``."""
+        self._validate_params()
+        data = self._check_X(X)
+        target = self._check_target(y, data.n_samples)
+        data, standardizer = self._standardize(data)
+        y_mean = float(target.mean())
+        y_scale = float(target.std()) or 1.0
+        built = self.make_builder().build(data, ((target - y_mean) / y_scale)[:, None])
+        built.standardizer, built.y_mean, built.y_scale, built.target = (
+            standardizer, y_mean, y_scale, target)
+        return built
+
+    def fit(self, X, y) -> MVMRegressor:
+        """Fit to training views ``X`` and real targets ``y`` (shape (n_samples,))."""
+        built = self.build_model(X, y)
+        start = time.perf_counter()
+        idata, info, best = self._run_inference(built)
+        info["fit_seconds"] = time.perf_counter() - start
+        observed = {"y": ("sample", built.target),
+                    "y_tasks": (("sample", "task"), built.context.targets)}
+        self._finish_idata(built, idata, info, best, observed)
+        report = self._convergence_report(idata) if self.inference == "nuts" else None
+        layout = ViewLayout(built.context.data.view_sizes, built.context.data.view_names)
+        factors = self._factors_from_idata(idata, layout.n_views)
+        # in one step (see MultiViewClassifier._commit): a failure leaves a previous fit intact
+        vars(self).update(layout_=layout, standardizer_=built.standardizer,
+                          y_mean_=built.y_mean, y_scale_=built.y_scale, idata_=idata,
+                          n_features_in_=int(sum(layout.view_sizes)), factors_=factors,
+                          convergence_=report)
+        if report is not None:
+            warn_if_not_converged(report)
+        return self
+
+    def predict(self, X, return_std: bool = False):
+        """Posterior mean prediction (original scale); with ``return_std`` also the
+        posterior predictive standard deviation ``sqrt(Var[ŷ] + E[σ²])``.
+
+        For ``inference="laplace"`` the draws of ``ŷ`` are the linearised ones (see
+        :class:`MVM`'s ``inference``): the mean is the mode's prediction and ``Var[ŷ]`` the
+        first-order ``J Σ Jᵀ`` (Monte-Carlo over the retained draws)."""
+        f = self._predictive_f(X)[:, :, 0]
+        mean = f.mean(axis=0) * self.y_scale_ + self.y_mean_
+        if not return_std:
+            return mean
+        sig = self._hyper_draws("sigma")
+        noise2 = float(np.mean(sig**2)) if sig is not None else float(self.sigma) ** 2
+        return mean, np.sqrt(f.var(axis=0) + noise2) * self.y_scale_
+
+    # ---- persistence: the classifiers' file format (bayesmv.load reads it), no classes
+    def save(self, path):
+        """Write the fitted model to one netCDF file (load with ``bayesmv.load``)."""
+        self._check_fitted()
+        # the format records class labels; a regressor has none (an empty list)
+        self.classes_ = np.array([], dtype=float)
+        try:
+            return MultiViewClassifier.save(self, path)
+        finally:
+            del self.classes_
+
+    @classmethod
+    def load(cls, path) -> MVMRegressor:
+        from bayesmv.models.base import load
+
+        return load(path, expected=cls)
+
+    def _extra_state(self) -> dict[str, Any]:
+        return {"y_mean": self.y_mean_, "y_scale": self.y_scale_}
+
+    def _set_extra_state(self, state: dict[str, Any]) -> None:
+        if hasattr(self, "classes_"):
+            del self.classes_
+        self.y_mean_, self.y_scale_ = float(state["y_mean"]), float(state["y_scale"])
+        self.n_features_in_ = int(sum(self.layout_.view_sizes))
+        self.factors_ = self._factors_from_idata()
+        self.convergence_ = None
+        if self.idata_.posterior.attrs.get("inference") == "mcmc":
+            self.convergence_ = self._convergence_report(self.idata_)
