@@ -1,9 +1,42 @@
-"""Diagnostics for fitted bayesmv models."""
+"""Diagnostics for fitted bayesmv models: convergence, posterior predictive checks,
+calibration, pictures and one-file HTML reports.
+
+They work on every estimator (MCMC, Laplace and MAP fits alike) through a small protocol of
+:class:`bayesmv.models.base.MultiViewClassifier`: ``_class_probability_draws``,
+``_decision_draws``, ``view_relevance`` and the kind of fit in
+``idata_.posterior.attrs["inference"]``.
+"""
 
 from bayesmv.diagnostics.convergence import (
     ConvergenceReport,
     ConvergenceWarning,
     check_convergence,
+    inference_kind,
 )
+from bayesmv.diagnostics.plots import (
+    plot_decision_intervals,
+    plot_rank,
+    plot_reliability,
+    plot_trace,
+    plot_view_relevance,
+)
+from bayesmv.diagnostics.ppc import Calibration, PPCReport, calibration, posterior_predictive_check
+from bayesmv.diagnostics.report import report, wilson_interval
 
-__all__ = ["ConvergenceReport", "ConvergenceWarning", "check_convergence"]
+__all__ = [
+    "Calibration",
+    "ConvergenceReport",
+    "ConvergenceWarning",
+    "PPCReport",
+    "calibration",
+    "check_convergence",
+    "inference_kind",
+    "plot_decision_intervals",
+    "plot_rank",
+    "plot_reliability",
+    "plot_trace",
+    "plot_view_relevance",
+    "posterior_predictive_check",
+    "report",
+    "wilson_interval",
+]

@@ -1,26 +1,72 @@
 """Convergence checks on identifiable quantities (Vehtari et al. 2021 thresholds).
 
-Latent factors (H, W, Ω, DP components) are identified only up to rotations, sign flips and
-label switching, so their R-hat says little about whether predictions have converged.  The
-default judged quantities are the decision values ``f`` at the training points, the view noise
-precisions ``τ`` and, when learned, the prior precision ``v``.
+Latent factors (H, W, V, Ω, DP mixture components, MVM factors) are identified only up to
+rotations, sign flips, rescalings and label switching, so their R-hat says little about whether
+the predictions have converged: two chains can sit in mirror-image modes that predict the same.
+The default judged quantities are those the likelihood pins down: the decision values ``f`` at
+the training (probe) points, biases, noise precisions ``τ``, hyper-parameters (``v``, ``σ``,
+``ϱ``, ``λ``, ``γ``, prior rates) and the log density ``lp`` when the sampler recorded it.
+
+Every number in the table comes from ArviZ (rank-normalised split R-hat, bulk and tail ESS,
+Monte Carlo standard error of the mean); nothing is re-implemented here.
 """
 
 from __future__ import annotations
 
+import contextlib
+import html
+import logging
 import warnings
 from dataclasses import dataclass, field
 
 import arviz as az
 import numpy as np
 import pandas as pd
+import xarray as xr
 
-#: variables judged by default, when present in the posterior
-IDENTIFIABLE = ("f", "tau", "v")
+#: variables judged by default, in this order, when present in the posterior
+IDENTIFIABLE = ("f", "b", "bias", "tau", "v", "sigma", "rho", "lam", "gamma", "prior_rate")
+#: log density from ``sample_stats``, judged by default when recorded
+LOG_DENSITY = "lp"
+#: the table's columns
+COLUMNS = ["r_hat", "ess_bulk", "ess_tail", "mcse_mean"]
+#: values of ``posterior.attrs["inference"]``
+KINDS = ("mcmc", "laplace", "map")
 
 
 class ConvergenceWarning(UserWarning):
     """Sampling diagnostics (R-hat, ESS, divergences) fell short of their thresholds."""
+
+
+def inference_kind(fitted_or_idata) -> str:
+    """How a fit was made: ``"mcmc"``, ``"laplace"`` or ``"map"``.
+
+    Read from ``idata.posterior.attrs["inference"]``.  M3LAK records its sampler in
+    ``attrs["sampler"]`` instead (always MCMC).  Without either attribute, one chain of one
+    draw is a point estimate (``"map"``) and anything else is taken to be MCMC draws.
+    """
+    idata = getattr(fitted_or_idata, "idata_", fitted_or_idata)
+    post = idata.posterior
+    kind = post.attrs.get("inference")
+    if kind is not None:
+        kind = str(kind).lower()
+        if kind in ("nuts", "gibbs", "hybrid"):
+            return "mcmc"
+        if kind not in KINDS:
+            raise ValueError(f"posterior.attrs['inference'] is {kind!r}; expected one of {KINDS}")
+        return kind
+    if "sampler" in post.attrs:
+        return "mcmc"
+    if post.sizes.get("chain", 1) * post.sizes.get("draw", 1) == 1:
+        return "map"
+    return "mcmc"
+
+
+def _join(names, limit: int = 12) -> str:
+    names = list(names)
+    if len(names) <= limit:
+        return ", ".join(names)
+    return ", ".join(names[:limit]) + f", … ({len(names) - limit} more)"
 
 
 @dataclass
@@ -30,13 +76,31 @@ class ConvergenceReport:
     Attributes
     ----------
     ok : bool
-        Every judged quantity meets the thresholds and there are no divergences.
+        Every judged quantity meets the thresholds, no draw is non-finite and there are no
+        divergences (always True for a MAP fit, where no sampling diagnostics apply).
     table : pandas.DataFrame
-        One row per scalar quantity: ``r_hat``, ``ess_bulk``, ``ess_tail``, ``mcse_mean``.
+        One row per judged scalar quantity (ArviZ labels such as ``f[12, 0]``): ``r_hat``,
+        ``ess_bulk``, ``ess_tail``, ``mcse_mean``, plus ``variable``.  Empty for a MAP fit.
     n_divergences : int
         Divergent transitions after tuning.
+    n_chains, n_draws : int
+        Chains and draws per chain in the posterior.
+    var_names : tuple of str
+        The judged variables.
     warnings : list of str
-        Plain sentences describing each problem.
+        Plain sentences, one per problem, naming the quantity.
+    note : str
+        What was judged, what was not, and why.
+    inference : str
+        ``"mcmc"``, ``"laplace"`` or ``"map"``.
+    r_hat_max, ess_min : float
+        The thresholds applied (``ess_min`` is the total over chains).
+    fixed : tuple of str
+        Variables that are constant across draws (fixed or chosen hyper-parameters): nothing
+        to judge.
+    locations : dict
+        Table label -> (group, variable, {dim: coordinate}) to find each judged quantity's
+        draws (``idata[group][variable].sel(...)``); used by the trace and rank plots.
     """
 
     ok: bool
@@ -47,6 +111,11 @@ class ConvergenceReport:
     var_names: tuple[str, ...]
     warnings: list[str] = field(default_factory=list)
     note: str = ""
+    inference: str = "mcmc"
+    r_hat_max: float = 1.01
+    ess_min: float = 100.0
+    fixed: tuple[str, ...] = ()
+    locations: dict = field(default_factory=dict, repr=False)
 
     @property
     def max_r_hat(self) -> float:
@@ -60,25 +129,80 @@ class ConvergenceReport:
     def min_ess_tail(self) -> float:
         return float(self.table["ess_tail"].min()) if len(self.table) else float("nan")
 
+    @property
+    def by_variable(self) -> pd.DataFrame:
+        """Worst value per judged variable: max R-hat, min ESS, max MCSE, and the count."""
+        if not len(self.table):
+            return pd.DataFrame(columns=["n", *COLUMNS])
+        grouped = self.table.groupby("variable", sort=False)
+        out = pd.DataFrame({
+            "n": grouped.size(),
+            "r_hat": grouped["r_hat"].max(),
+            "ess_bulk": grouped["ess_bulk"].min(),
+            "ess_tail": grouped["ess_tail"].min(),
+            "mcse_mean": grouped["mcse_mean"].max(),
+        })
+        out.index.name = "variable"
+        return out
+
     def summary_line(self) -> str:
+        if self.inference == "map":
+            return (f"MAP fit (one point estimate): no sampling diagnostics apply to "
+                    f"{', '.join(self.var_names) or 'its quantities'}")
+        if self.inference == "laplace":
+            return (f"{self.n_chains * self.n_draws} independent Laplace draws of "
+                    f"{', '.join(self.var_names)} ({len(self.table)} quantities): min bulk ESS "
+                    f"{self.min_ess_bulk:.0f}, min tail ESS {self.min_ess_tail:.0f} (estimates "
+                    "of the number of draws, with noise)")
+        chains = f"{self.n_chains} chain{'s' if self.n_chains != 1 else ''}"
         return (f"judged {', '.join(self.var_names)} ({len(self.table)} quantities, "
-                f"{self.n_chains} chains x {self.n_draws} draws): max R-hat "
+                f"{chains} x {self.n_draws} draws): max R-hat "
                 f"{self.max_r_hat:.3f}, min bulk ESS {self.min_ess_bulk:.0f}, min tail ESS "
                 f"{self.min_ess_tail:.0f}, divergences {self.n_divergences}")
 
     def __repr__(self) -> str:
         status = "OK" if self.ok else "PROBLEMS"
-        lines = [f"ConvergenceReport [{status}]", "  " + self.summary_line()]
+        lines = [f"ConvergenceReport [{status}] ({self.inference})", "  " + self.summary_line()]
         if self.note:
             lines.append("  " + self.note)
         lines += [f"  - {w}" for w in self.warnings]
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
-        items = "".join(f"<li>{w}</li>" for w in self.warnings)
-        return (f"<b>ConvergenceReport: {'OK' if self.ok else 'PROBLEMS'}</b><br>"
-                f"{self.summary_line()}<br><i>{self.note}</i><ul>{items}</ul>"
-                + self.table.describe().to_html())
+        status = "OK" if self.ok else "PROBLEMS"
+        colour = "#1a7f37" if self.ok else "#b42318"
+        items = "".join(f"<li>{html.escape(w)}</li>" for w in self.warnings)
+        parts = [f"<div class='bayesmv-convergence'><p><b><span style='color:{colour}'>"
+                 f"ConvergenceReport: {status}</span></b> ({html.escape(self.inference)})<br>"
+                 f"{html.escape(self.summary_line())}</p>",
+                 f"<p><i>{html.escape(self.note)}</i></p>"]
+        if items:
+            parts.append(f"<ul>{items}</ul>")
+        if len(self.table):
+            parts.append(f"<p>Thresholds: R-hat &lt; {self.r_hat_max:g}, bulk and tail ESS "
+                         f"&ge; {self.ess_min:.0f}. Worst value per variable:</p>")
+            parts.append(self.by_variable.to_html(float_format=lambda x: f"{x:.3g}",
+                                                  classes="bayesmv-table"))
+        parts.append("</div>")
+        return "".join(parts)
+
+
+def _judged_dataset(idata, var_names) -> tuple[xr.Dataset, tuple[str, ...]]:
+    post = idata.posterior
+    has_lp = "sample_stats" in idata.groups() and LOG_DENSITY in idata.sample_stats
+    if var_names is None:
+        names = [v for v in IDENTIFIABLE if v in post]
+        if has_lp:
+            names.append(LOG_DENSITY)
+    else:
+        names = [var_names] if isinstance(var_names, str) else list(var_names)
+        unknown = [v for v in names if v not in post and not (v == LOG_DENSITY and has_lp)]
+        if unknown:
+            raise ValueError(f"var_names {unknown} are not in the posterior; it holds "
+                             f"{sorted(post.data_vars)}")
+    data = {v: (idata.sample_stats[v] if v == LOG_DENSITY and v not in post else post[v])
+            for v in names}
+    return xr.Dataset(data), tuple(names)
 
 
 def check_convergence(fitted_or_idata, var_names=None, *, r_hat_max: float = 1.01,
@@ -89,63 +213,218 @@ def check_convergence(fitted_or_idata, var_names=None, *, r_hat_max: float = 1.0
     Parameters
     ----------
     fitted_or_idata : estimator with ``idata_`` or arviz.InferenceData
-    var_names : sequence of str, optional
-        Quantities to judge; by default the identifiable ones present (``f``, ``τ``, ``v``).
-    r_hat_max : float
-        Largest acceptable rank-normalised split R-hat.
-    ess_min_per_chain : float
-        Smallest acceptable bulk and tail ESS per chain.
+    var_names : str or sequence of str, optional
+        Quantities to judge; by default the identifiable ones present (``f``, biases, ``τ``,
+        hyper-parameters, and ``lp`` from ``sample_stats``).  Rotation-invariant latents
+        (H, W, V, Ω, DP components, MVM factors) are never judged by default.
+    r_hat_max : float, default 1.01
+        Largest acceptable rank-normalised split R-hat (Vehtari et al. 2021).
+    ess_min_per_chain : float, default 100
+        Smallest acceptable bulk and tail ESS per chain (Vehtari et al. 2021).
     max_points : int or None
         Judge ``f`` at this many evenly spaced training points at most (ArviZ needs ~3 ms
         per quantity; ``None`` judges all of them).
+
+    Returns
+    -------
+    ConvergenceReport
+        For a MAP fit (one point estimate) the report is ``ok`` with an empty table and a note
+        that no sampling diagnostics apply.  For a Laplace fit the draws are independent, so
+        R-hat is ~1 and the ESS ~ the number of draws by construction: the table measures
+        Monte Carlo precision only, not the quality of the Gaussian approximation.
     """
+    if not (np.isfinite(r_hat_max) and r_hat_max > 1.0):
+        raise ValueError(f"r_hat_max must be a number above 1, got {r_hat_max!r}")
+    if not (np.isfinite(ess_min_per_chain) and ess_min_per_chain > 0):
+        raise ValueError(f"ess_min_per_chain must be positive, got {ess_min_per_chain!r}")
+    if max_points is not None and (not isinstance(max_points, int) or max_points < 1):
+        raise ValueError(f"max_points must be a positive integer or None, got {max_points!r}")
     idata = getattr(fitted_or_idata, "idata_", fitted_or_idata)
+    kind = inference_kind(idata)
     post = idata.posterior
-    if var_names is None:
-        var_names = [v for v in IDENTIFIABLE if v in post]
-    var_names = tuple(var_names)
     n_chains, n_draws = int(post.sizes["chain"]), int(post.sizes["draw"])
-    coords = {}
-    if max_points is not None and "f" in var_names and post["f"].sizes["sample"] > max_points:
-        n = post["f"].sizes["sample"]
-        coords = {"sample": post["f"]["sample"].values[np.linspace(0, n - 1, max_points)
-                                                         .round().astype(int)]}
-    selected = post[list(var_names)]
-    if coords:
-        selected = selected.sel(coords)
-    summary = az.summary(selected, kind="diagnostics")
-    table = summary[["r_hat", "ess_bulk", "ess_tail", "mcse_mean"]].astype(float)
-    n_div = 0
-    if "sample_stats" in idata and "diverging" in idata.sample_stats:
-        n_div = int(np.asarray(idata.sample_stats["diverging"]).sum())
-    problems: list[str] = []
     ess_min = ess_min_per_chain * n_chains
-    if n_chains < 2:
-        problems.append("Only one chain was run: R-hat cannot detect chains that disagree; "
-                        "run at least 2 chains.")
-    bad_r = table.index[table["r_hat"] > r_hat_max]
-    if len(bad_r):
-        problems.append(f"{len(bad_r)} of {len(table)} quantities have R-hat above "
-                        f"{r_hat_max} (worst {table['r_hat'].max():.3f}, at {bad_r[0]}).")
-    for kind in ("ess_bulk", "ess_tail"):
-        low = table.index[table[kind] < ess_min]
-        if len(low):
-            problems.append(f"{len(low)} of {len(table)} quantities have {kind.replace('_', ' ')}"
-                            f" below {ess_min:.0f} ({ess_min_per_chain:.0f} per chain; lowest "
-                            f"{table[kind].min():.0f}): draw more or thin less.")
+    default = var_names is None
+    selected, names = _judged_dataset(idata, var_names)
+    n_div = 0
+    if "sample_stats" in idata.groups() and "diverging" in idata.sample_stats:
+        n_div = int(np.asarray(idata.sample_stats["diverging"]).sum())
+    others = [v for v in idata.posterior.data_vars if v not in names]
+    if kind == "map":
+        note = ("MAP fit (one point estimate): no sampling diagnostics apply (R-hat, ESS and "
+                "divergences need posterior draws); judge it by its optimiser's convergence "
+                "and by the predictive checks. " + _note(default, names, others))
+        return ConvergenceReport(ok=True, table=_empty_table(), n_divergences=0,
+                                 n_chains=n_chains, n_draws=n_draws, var_names=names,
+                                 note=note, inference=kind, r_hat_max=r_hat_max,
+                                 ess_min=ess_min)
+    extras: list[str] = []
+    if max_points is not None and "f" in selected and "sample" in selected["f"].dims \
+            and selected["f"].sizes["sample"] > max_points:
+        n = selected["f"].sizes["sample"]
+        keep = np.linspace(0, n - 1, max_points).round().astype(int)
+        selected = selected.isel(sample=keep)
+        extras.append(f"f judged at {max_points} evenly spaced training points.")
+
+    # entries constant across draws (fixed or chosen hyper-parameters, a linear view's NaN γ)
+    # have nothing to judge; ArviZ would report NaN for them
+    problems: list[str] = []
+    fixed, judged, constant = [], [], {}
+    for v in names:
+        values = np.asarray(selected[v].values, dtype=float)
+        first = values[:1, :1]
+        same = np.all((values == first) | (np.isnan(values) & np.isnan(first)), axis=(0, 1))
+        if np.all(same):
+            fixed.append(v)
+            if kind == "mcmc" and values.size > 1 and n_chains * n_draws > 1:
+                problems.append(f"{v} takes the same value in every draw of every chain: the "
+                                "sampler did not move (or, if it is a fixed constant, leave it "
+                                "out with var_names).")
+            continue
+        bad = ~np.isfinite(values) & ~same
+        if bad.any():
+            problems.append(f"{v} has non-finite draws ({int(bad.sum())} of {values.size} "
+                            "values): the sampler diverged or a value overflowed.")
+        judged.append(v)
+        constant[v] = np.ravel(same)
+    note = _note(default, judged, others)
+    if fixed:
+        extras.append(f"Constant across draws (fixed or chosen, not sampled): {', '.join(fixed)}.")
+
+
+    table, locations = _empty_table(), {}
+    if judged:
+        with _quiet_arviz(n_chains < 2):  # ArviZ logs that one chain has no R-hat; we say so
+            summary = az.summary(selected[judged], kind="diagnostics", round_to="none")
+        table = summary[COLUMNS].astype(float)
+        table["variable"] = [label.split("[", 1)[0] for label in table.index]
+        locations = _locations(idata, selected, judged, list(table.index))
+        drop = np.concatenate([constant[v] for v in judged])
+        if drop.any():
+            extras.append(f"{int(drop.sum())} entries constant across draws are not judged "
+                          f"({_join(table.index[drop], 5)}).")
+            table = table[~drop]
+
+    if kind == "laplace":
+        # independent draws: ESS and R-hat measure nothing but their own estimation noise
+        # (the smallest of 100 ESS estimates from 100 iid draws is ~15), so only the number
+        # of draws is judged
+        note = ("Laplace fit: the draws are independent draws from a Gaussian approximation, "
+                "so there is nothing to converge (R-hat ~ 1 and ESS ~ the number of draws, "
+                f"here {n_chains * n_draws}, up to estimation noise); the table measures Monte "
+                "Carlo precision only, not how well the Gaussian approximates the posterior. "
+                + note)
+        if n_chains * n_draws < ess_min:
+            problems.append(f"Only {n_chains * n_draws} Laplace draws (fewer than "
+                            f"{ess_min:.0f}): Monte Carlo summaries of f are imprecise; draw "
+                            "more.")
+    else:
+        if n_chains < 2:
+            problems.append("Only one chain was run: R-hat cannot detect chains that disagree; "
+                            "run at least 2 chains.")
+        for v, rows in table.groupby("variable", sort=False):
+            problems += _variable_problems(v, rows, r_hat_max, ess_min, ess_min_per_chain,
+                                           n_chains)
     if n_div:
-        problems.append(f"{n_div} divergent transitions after tuning.")
-    note = ("Judged on identifiable quantities; rotation-invariant latents (H, W, V, Ω, DP "
-            "components) are not judged.")
-    if coords:
-        note += f" f judged at {max_points} evenly spaced training points."
+        problems.append(f"{n_div} divergent transitions after tuning: the sampler could not "
+                        "follow the posterior's curvature there; raise target_accept or "
+                        "reparameterise, and do not trust those regions.")
+    note = " ".join([note, *extras])
     return ConvergenceReport(ok=not problems, table=table, n_divergences=n_div,
-                             n_chains=n_chains, n_draws=n_draws, var_names=var_names,
-                             warnings=problems, note=note)
+                             n_chains=n_chains, n_draws=n_draws, var_names=tuple(judged),
+                             warnings=problems, note=note, inference=kind, r_hat_max=r_hat_max,
+                             ess_min=ess_min, fixed=tuple(fixed),
+                             locations={k: locations[k] for k in table.index})
+
+
+def _empty_table() -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype=float) for c in COLUMNS}
+                        | {"variable": pd.Series(dtype=object)})
+
+
+@contextlib.contextmanager
+def _quiet_arviz(quiet: bool):
+    logger = logging.getLogger("arviz")
+    level = logger.level
+    if quiet:
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def _note(default: bool, judged, others: list[str]) -> str:
+    """What was judged and what was not (the first sentences end in "are not judged.": MVM's
+    report keeps only what follows)."""
+    names = ", ".join(judged) or "none"
+    if not default:
+        return (f"Judged on the requested quantities: {names}; the other posterior variables "
+                f"({_join(others) or 'none'}) are not judged.")
+    if not others:
+        return (f"Judged on identifiable quantities: {names}; rotation-invariant latents (H, W, "
+                "V, Ω, DP components, MVM factors) are not judged.")
+    return (f"Judged on identifiable quantities: {names}. Latents and weights such as H, W, V, "
+            "Ω, DP components and MVM factors are identified only up to rotations, sign flips "
+            "or relabelling and reach the predictions only through f, so these "
+            f"({_join(others)}) are not judged.")
+
+
+def _locations(idata, selected: xr.Dataset, names: list[str], labels: list[str]) -> dict:
+    """Pair az.summary's row labels with coordinates (its rows run through each variable's
+    entries in C order)."""
+    out, rows = {}, iter(labels)
+    for v in names:
+        da = selected[v]
+        group = "posterior" if v in idata.posterior else "sample_stats"
+        dims = da.dims[2:]
+        coords = [da[d].values for d in dims]
+        for ix in np.ndindex(*da.shape[2:]):
+            label = next(rows)
+            out[label] = (group, v, {d: c[i].item() for d, c, i in zip(dims, coords, ix,
+                                                                        strict=True)})
+    if next(rows, None) is not None:
+        raise RuntimeError("ArviZ's summary has more rows than the judged quantities")
+    return out
+
+
+def _variable_problems(v: str, rows: pd.DataFrame, r_hat_max: float, ess_min: float,
+                       per_chain: float, n_chains: int) -> list[str]:
+    """Plain sentences for one variable's rows of the table."""
+    out = []
+    m = len(rows)
+    where = "" if m == 1 else " for {k} of " + str(m) + " values"
+
+    def worst(column: str, largest: bool) -> tuple[str, float]:
+        label = rows[column].idxmax() if largest else rows[column].idxmin()
+        return label, float(rows.loc[label, column])
+
+    high = rows["r_hat"] > r_hat_max
+    if high.any():
+        label, value = worst("r_hat", True)
+        out.append(f"R-hat of {v} is above {r_hat_max:g}" + where.format(k=int(high.sum()))
+                   + f" (worst {value:.3f}, at {label}): the chains disagree; run longer, or "
+                   "check how the chains were started.")
+    what = f"{per_chain:.0f} per chain x {n_chains} chain{'s' if n_chains > 1 else ''}"
+    for column, name, advice in (
+            ("ess_bulk", "Bulk effective sample size (ess bulk)",
+             "draw more iterations: the posterior mean and sd are imprecise."),
+            ("ess_tail", "Tail effective sample size (ess tail)",
+             "draw more iterations: the 5 % and 95 % quantiles are imprecise.")):
+        low = rows[column] < ess_min
+        if low.any():
+            label, value = worst(column, False)
+            out.append(f"{name} of {v} is below {ess_min:.0f} ({what})"
+                       + where.format(k=int(low.sum()))
+                       + f" (lowest {value:.0f}, at {label}): {advice}")
+    return out
 
 
 def warn_if_not_converged(report: ConvergenceReport) -> None:
     """Emit one :class:`ConvergenceWarning` summarising the report's problems."""
     if not report.ok:
-        warnings.warn("Sampling diagnostics: " + " ".join(report.warnings),
+        shown = report.warnings[:3]
+        more = len(report.warnings) - len(shown)
+        tail = f" ({more} more: see the estimator's convergence_)" if more else ""
+        warnings.warn("Sampling diagnostics: " + " ".join(shown) + tail,
                       ConvergenceWarning, stacklevel=3)
