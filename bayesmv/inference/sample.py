@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Sequence
+import multiprocessing
+import warnings
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
 
 import arviz as az
 import numpy as np
@@ -47,8 +52,261 @@ def hybrid_steps(built: BuiltModel, target_accept: float = 0.8, tune: int = 0) -
     return steps
 
 
+#: NUTS implementations PyMC can drive; the last two are its JAX back-ends (GPU capable)
+NUTS_SAMPLERS = ("pymc", "nutpie", "numpyro", "blackjax")
+JAX_SAMPLERS = ("numpyro", "blackjax")
+_NEEDS = {"pymc": (), "nutpie": ("nutpie",), "numpyro": ("jax", "numpyro"),
+          "blackjax": ("jax", "blackjax")}
+_EXTRA = {"nutpie": "fast", "numpyro": "jax", "blackjax": "jax"}
+
+
 def nutpie_available() -> bool:
     return importlib.util.find_spec("nutpie") is not None
+
+
+def nuts_sampler_available(name: str) -> bool:
+    """Whether the packages behind ``nuts_sampler=name`` are installed."""
+    return all(importlib.util.find_spec(m) is not None for m in _NEEDS[name])
+
+
+def check_nuts_sampler(name: str, *, require_installed: bool = True) -> None:
+    """Raise ValueError for an unknown ``nuts_sampler`` and ImportError for a missing one."""
+    if name not in NUTS_SAMPLERS:
+        raise ValueError(f"nuts_sampler must be one of {NUTS_SAMPLERS}, got {name!r}")
+    if require_installed and not nuts_sampler_available(name):
+        missing = [m for m in _NEEDS[name] if importlib.util.find_spec(m) is None]
+        raise ImportError(f"nuts_sampler={name!r} needs {', '.join(missing)}: "
+                          f"pip install 'bayesmv[{_EXTRA[name]}]'")
+
+
+# ----------------------------------------------------------------- chain plans
+@dataclass(frozen=True)
+class _ChainPlan:
+    chain_ids: tuple[int, ...] | None = None
+    replay: az.InferenceData | None = None
+
+
+_PLAN: ContextVar[_ChainPlan | None] = ContextVar("bayesmv_chain_plan", default=None)
+
+
+class ChainsSampled(BaseException):  # noqa: N818 - a signal, not an error
+    """Raised by the sampler under ``chain_plan(chain_ids=...)`` to carry the raw draws of
+    those chains out of an estimator's ``fit`` (whose post-processing needs all chains).
+
+    A ``BaseException`` so that an estimator's own ``except Exception`` cannot swallow it.
+    """
+
+    def __init__(self, idata: az.InferenceData) -> None:
+        super().__init__("chains sampled")
+        self.idata = idata
+
+
+@contextmanager
+def chain_plan(*, chain_ids: Sequence[int] | None = None,
+               replay: az.InferenceData | None = None) -> Iterator[None]:
+    """Run only some chains of the next fit, or make it use draws sampled elsewhere.
+
+    Used by :func:`bayesmv.distributed.sample_chains`; estimators need no change because
+    every MCMC path goes through :func:`sample_pymc`.
+
+    * ``chain_ids``: the next sampler call runs only these (consecutive) chains of the
+      ``chains`` the estimator asks for, each exactly as in a run of all chains, and raises
+      :class:`ChainsSampled` with their draws (chain coordinate = their ids).
+    * ``replay``: the next sampler call returns these draws (all chains) instead of sampling,
+      so ``fit`` post-processes them as it would its own.
+    """
+    if (chain_ids is None) == (replay is None):
+        raise ValueError("give exactly one of chain_ids and replay")
+    ids = None if chain_ids is None else tuple(int(i) for i in chain_ids)
+    if ids is not None and (not ids or ids != tuple(range(ids[0], ids[0] + len(ids)))
+                            or ids[0] < 0):
+        raise ValueError(f"chain_ids must be consecutive non-negative integers, got {ids}")
+    token = _PLAN.set(_ChainPlan(ids, replay))
+    try:
+        yield
+    finally:
+        _PLAN.reset(token)
+
+
+def chain_seeds(random_seed: int | None, chains: int
+                ) -> tuple[list[np.random.SeedSequence], int]:
+    """Per-chain seeds of the initial points, and the seed of the sampler's streams.
+
+    Chain i's initial point uses the i-th child of ``SeedSequence(random_seed)``; chain i's
+    step methods use the i-th child of ``SeedSequence(sample_seed)`` (PyMC spawns one child
+    per chain).  Neither depends on which other chains run in the same process.
+    """
+    seeds = np.random.SeedSequence(random_seed).spawn(chains + 1)
+    return seeds[:chains], int(seeds[-1].generate_state(1)[0])
+
+
+def _relabel_chains(idata: az.InferenceData, ids: Sequence[int]) -> az.InferenceData:
+    for group in idata.groups():
+        ds = getattr(idata, group)
+        if "chain" in ds.dims:
+            setattr(idata, group, ds.assign_coords(chain=np.asarray(ids)))
+    return idata
+
+
+def _check_replay(idata: az.InferenceData, chains: int, draws: int,
+                  var_names: Sequence[str] | None) -> az.InferenceData:
+    post = idata.posterior
+    if post.sizes.get("chain") != chains or post.sizes.get("draw") != draws:
+        raise ValueError(f"replayed draws have {post.sizes.get('chain')} chains x "
+                         f"{post.sizes.get('draw')} draws; this fit asks for {chains} x {draws}")
+    missing = sorted(set(var_names or ()) - set(map(str, post.data_vars)))
+    if missing:
+        raise ValueError(f"replayed draws lack the variables {missing}")
+    return idata
+
+
+class SamplingInterruptedWarning(UserWarning):
+    """Sampling stopped early (Ctrl-C): the fit holds only the draws made so far."""
+
+
+def _stop_later_chains_after_interrupt(iterations: int):
+    """``pm.sample`` callback for chains run one after the other.
+
+    PyMC catches the ``KeyboardInterrupt`` of Ctrl-C, ends the running chain and starts the
+    next one, so stopping a run would take one Ctrl-C per chain.  A chain that begins while
+    the previous one ended before its last draw is stopped at once (PyMC then keeps the
+    draws it has), so one Ctrl-C ends the whole run.
+    """
+    state = {"chain": None, "complete": True}
+
+    def callback(trace, draw) -> None:
+        if draw.chain != state["chain"] and not state["complete"]:
+            raise KeyboardInterrupt
+        # not draw.is_last: PyMC computes it as ``i == draws`` inside ``for i in range(draws)``,
+        # so it is never true and every chain after the first was stopped at once
+        state["chain"], state["complete"] = draw.chain, draw.draw_idx == iterations - 1
+
+    return callback
+
+
+def _flag_if_interrupted(idata: az.InferenceData, chains: int, draws: int
+                         ) -> az.InferenceData:
+    """Mark a run that kept fewer chains or draws than asked for (an interrupted run).
+
+    ``posterior.attrs["interrupted"]`` becomes 1 (with the chains and draws requested) and a
+    :class:`SamplingInterruptedWarning` says what was kept.
+    """
+    post = idata.posterior
+    kept_chains, kept_draws = int(post.sizes.get("chain", 0)), int(post.sizes.get("draw", 0))
+    if kept_chains >= chains and kept_draws >= draws:
+        return idata
+    post.attrs.update(interrupted=1, chains_requested=int(chains), draws_requested=int(draws))
+    warnings.warn(f"sampling was interrupted: the fit keeps {kept_chains} chain(s) x "
+                  f"{kept_draws} draws of the {chains} x {draws} requested and is flagged "
+                  "(estimator.interrupted_, idata_.posterior.attrs['interrupted']); fit again "
+                  "for the full posterior", SamplingInterruptedWarning, stacklevel=4)
+    return idata
+
+
+def _sample_interruptible(**kwargs) -> az.InferenceData:
+    """``pm.sample`` that turns Ctrl-C into a flagged partial result or a KeyboardInterrupt.
+
+    With some posterior draws made, the result keeps them and is flagged
+    (:func:`_flag_if_interrupted`); with none (stopped while tuning), KeyboardInterrupt is
+    raised again, so the estimator's ``fit`` stops and a previous fit stays as it was.
+    """
+    sequential = kwargs.get("chains", 1) == 1 or kwargs.get("cores") == 1
+    if sequential and kwargs.get("callback") is None:
+        kwargs["callback"] = _stop_later_chains_after_interrupt(
+            kwargs["draws"] + kwargs.get("tune", 0))
+    try:
+        idata = pm.sample(**kwargs)
+    except ValueError as exc:
+        # PyMC's message when every chain stopped (Ctrl-C) before its first kept draw
+        if "Not enough samples" in str(exc):
+            raise KeyboardInterrupt("sampling was interrupted before any posterior draw; "
+                                    "nothing was fitted") from exc
+        raise
+    return _flag_if_interrupted(idata, kwargs.get("chains", 1), kwargs["draws"])
+
+
+def _in_daemon() -> bool:
+    # Dask workers (and multiprocessing pools) are daemonic processes, which may not start
+    # child processes: pm.sample's one-process-per-chain would fail there
+    return multiprocessing.current_process().daemon
+
+
+def sample_pymc(
+    model: pm.Model,
+    *,
+    chains: int,
+    draws: int,
+    tune: int,
+    cores: int | None,
+    initvals: Sequence[dict],
+    sample_seed: int,
+    step=None,
+    **kwargs,
+) -> az.InferenceData:
+    """``pm.sample`` with per-chain streams, honouring the active :func:`chain_plan`.
+
+    ``initvals`` holds one starting point per chain of the full run and ``sample_seed`` comes
+    from :func:`chain_seeds`.  Chain i draws from the same stream whether it runs alone or
+    beside the others, so a subset of chains (``chain_plan(chain_ids=...)``) reproduces
+    exactly the corresponding chains of a full run.  In a daemonic process (a Dask worker)
+    the chains run one after the other.
+
+    Ctrl-C (KeyboardInterrupt) during sampling: when posterior draws were made, the result
+    keeps them, ``posterior.attrs["interrupted"]`` is 1 and a
+    :class:`SamplingInterruptedWarning` is issued; when none were (still tuning),
+    KeyboardInterrupt is raised again.
+    """
+    plan = _PLAN.get()
+    if plan is not None and plan.replay is not None:
+        return _check_replay(plan.replay, chains, draws, kwargs.get("var_names"))
+    ids = (tuple(range(chains)) if plan is None else plan.chain_ids)
+    if ids[-1] >= chains:
+        raise ValueError(f"chain ids {ids} out of range for a fit with {chains} chains")
+    if len(initvals) != chains:
+        raise ValueError(f"need one initial point per chain ({chains}), got {len(initvals)}")
+    # PyMC gives the k-th chain of a call the k-th child of its seed's SeedSequence
+    # (Generator.spawn); a sequence that has already spawned ids[0] children hands chains
+    # ids[0], ids[0] + 1, ... exactly the streams they get in a run of all chains
+    rng = np.random.Generator(np.random.PCG64(
+        np.random.SeedSequence(sample_seed, n_children_spawned=ids[0])))
+    if _in_daemon():
+        cores = 1
+    elif cores is not None:
+        cores = min(cores, len(ids))
+    idata = _sample_interruptible(step=step, draws=draws, tune=tune, chains=len(ids),
+                                  cores=cores, initvals=[initvals[i] for i in ids],
+                                  random_seed=rng, model=model, **kwargs)
+    if plan is None:
+        return idata
+    raise ChainsSampled(_relabel_chains(idata, ids))
+
+
+def _nuts_step(model: pm.Model, initvals: Sequence[dict], target_accept: float):
+    """PyMC's NUTS as ``init="adapt_diag"`` builds it, from ALL chains' starting points.
+
+    PyMC starts the diagonal mass-matrix adaptation at the mean of the chains' initial
+    points; building the step here from every chain's point (cheap) rather than from those of
+    the chains a process runs keeps chain i identical whether it runs alone or not.
+    """
+    from pymc.blocking import DictToArrayBijection
+    from pymc.initial_point import make_initial_point_fns_per_chain
+    from pymc.step_methods.hmc.quadpotential import QuadPotentialDiagAdapt
+
+    fns = make_initial_point_fns_per_chain(model=model, overrides=list(initvals),
+                                           jitter_rvs=set(), chains=len(initvals))
+    points = [DictToArrayBijection.map(fn(0)).data for fn in fns]
+    mean = np.mean(points, axis=0)
+    potential = QuadPotentialDiagAdapt(mean.size, mean, np.ones_like(mean), 10)
+    return pm.NUTS(model=model, potential=potential, target_accept=target_accept)
+
+
+def _jax_chain_method(chains: int) -> str:
+    import jax
+    import pymc.sampling.jax  # noqa: F401 - sets XLA's host device count (read at first use)
+
+    # one device per chain ("parallel", pmap) when there are enough, e.g. CPU host devices or
+    # several GPUs; on one accelerator the chains run vectorised
+    return "parallel" if jax.local_device_count() >= chains else "vectorized"
 
 
 def run_sampler(
@@ -68,25 +326,45 @@ def run_sampler(
     """Sample the collapsed graph with ``pm.sample`` and return an ``InferenceData``.
 
     Every chain starts from its own dispersed initial point drawn with a seed derived from
-    ``random_seed``, so a fit is reproducible and chains are not copies of each other.
+    ``random_seed``, so a fit is reproducible and chains are not copies of each other.  With
+    ``sampler="hybrid"`` or ``nuts_sampler="pymc"`` chain i is the same whether it runs
+    alone (see :func:`chain_plan`) or with the others.  ``nuts_sampler="numpyro"`` or
+    ``"blackjax"`` run NUTS through PyMC's JAX back-ends (on a GPU when JAX has one).
     """
-    seeds = np.random.SeedSequence(random_seed).spawn(chains + 1)
-    initvals = [built.initial_values(np.random.default_rng(s)) for s in seeds[:chains]]
-    sample_seed = int(seeds[-1].generate_state(1)[0])
-    common = dict(draws=draws, tune=tune, chains=chains, cores=cores, random_seed=sample_seed,
-                  var_names=list(trace_vars), progressbar=progressbar,
-                  compute_convergence_checks=False, return_inferencedata=True,
-                  model=built.model)
+    plan = _PLAN.get()
+    if plan is not None and plan.replay is not None:  # draws made elsewhere: build no steps
+        return _check_replay(plan.replay, chains, draws, trace_vars)
+    seeds, sample_seed = chain_seeds(random_seed, chains)
+    initvals = [built.initial_values(np.random.default_rng(s)) for s in seeds]
+    common = dict(draws=draws, tune=tune, chains=chains, var_names=list(trace_vars),
+                  progressbar=progressbar, compute_convergence_checks=False,
+                  return_inferencedata=True)
+    model = built.model
     if sampler == "hybrid":
         steps = hybrid_steps(built, target_accept=target_accept, tune=tune)
         # numpy's and scipy's OpenBLAS pools spin against each other on small matrices
         # (a 2x2 triangular solve took 5 ms); the blocks are small, so one thread each
         with threadpool_limits(limits=1, user_api="blas"):
-            return pm.sample(step=steps, initvals=initvals, **common)
-    if sampler == "nuts":
-        if nuts_sampler == "nutpie":
-            common.pop("cores")
-            return pm.sample(nuts_sampler="nutpie", target_accept=target_accept, **common)
-        return pm.sample(initvals=initvals, target_accept=target_accept, init="adapt_diag",
-                         **common)
-    raise ValueError(f"sampler must be 'hybrid' or 'nuts', got {sampler!r}")
+            return sample_pymc(model, step=steps, initvals=initvals, sample_seed=sample_seed,
+                               cores=cores, **common)
+    if sampler != "nuts":
+        raise ValueError(f"sampler must be 'hybrid' or 'nuts', got {sampler!r}")
+    check_nuts_sampler(nuts_sampler)
+    if nuts_sampler == "pymc":
+        step = _nuts_step(model, initvals, target_accept)
+        return sample_pymc(model, step=step, initvals=initvals, sample_seed=sample_seed,
+                           cores=cores, **common)
+    if plan is not None:
+        raise ValueError(f"nuts_sampler={nuts_sampler!r} runs all chains in one program and "
+                         "cannot run a chain on its own reproducibly; use nuts_sampler='pymc' "
+                         "(or the hybrid sampler) to spread chains over workers")
+    if nuts_sampler == "nutpie":
+        return _flag_if_interrupted(
+            pm.sample(nuts_sampler="nutpie", target_accept=target_accept,
+                      random_seed=sample_seed, model=model, **common), chains, draws)
+    # JAX: the same dispersed starting points as PyMC's NUTS, no extra jitter
+    return pm.sample(nuts_sampler=nuts_sampler, target_accept=target_accept, initvals=initvals,
+                     random_seed=sample_seed, model=model,
+                     nuts_sampler_kwargs={"jitter": False,
+                                          "chain_method": _jax_chain_method(chains)},
+                     **common)

@@ -1,0 +1,162 @@
+"""Scale out on a Dask cluster: MCMC chains as Dask tasks.
+
+Model selection needs nothing from this module: every bayesmv estimator follows
+scikit-learn's conventions (parameters only in the constructor, everything compiled in
+``fit``), so ``GridSearchCV`` and ``cross_val_score`` run their fits on a
+``dask.distributed`` cluster under ``joblib.parallel_backend("dask")`` unchanged.
+
+:func:`sample_chains` spreads the chains of ONE fit over the cluster.  Chain i is a Dask task
+that runs the estimator's own ``fit`` with the sampler restricted to that chain
+(:func:`bayesmv.inference.sample.chain_plan`); the sampler gives chain i the same starting
+point and the same random streams as in a local run, so the draws are identical to
+``estimator.fit(X, y)`` with the same ``random_seed`` and ``chains``.  The chains are then
+concatenated along ``chain`` and handed back to ``fit`` on the client, which post-processes
+them exactly as its own draws (convergence report, point estimates, ...).
+
+Needs ``pip install 'bayesmv[dask]'``.
+"""
+
+from __future__ import annotations
+
+import numbers
+import time
+import uuid
+import warnings
+from typing import Any
+
+import arviz as az
+import numpy as np
+from sklearn.base import BaseEstimator, clone
+
+from bayesmv.inference.sample import ChainsSampled, chain_plan
+
+__all__ = ["sample_chains", "supports_chains"]
+
+#: values of an ``inference`` parameter that mean MCMC
+_MCMC_INFERENCE = ("nuts", "gibbs", "mcmc")
+#: per-estimator attributes holding the time spent in the sampler
+_TIMING_ATTRS = ("sampling_seconds", "fit_seconds")
+
+
+def supports_chains(estimator: BaseEstimator) -> tuple[bool, str]:
+    """Whether :func:`sample_chains` can spread this estimator's chains, and if not why."""
+    params = estimator.get_params(deep=False)
+    name = type(estimator).__name__
+    if "chains" not in params or "random_seed" not in params:
+        return False, (f"{name} draws no MCMC chains (it has no 'chains'/'random_seed' "
+                       "parameters); fit it directly, or run many fits on the cluster with "
+                       "GridSearchCV / cross_val_score under joblib.parallel_backend('dask')")
+    inference = params.get("inference")
+    if inference is not None and inference not in _MCMC_INFERENCE:
+        return False, (f"{name}(inference={inference!r}) draws no MCMC chains; "
+                       f"use inference in {[i for i in _MCMC_INFERENCE if i != 'mcmc']} "
+                       "where the estimator offers it")
+    uses_nuts = params.get("sampler") == "nuts" or inference == "nuts"
+    nuts_sampler = params.get("nuts_sampler", "pymc")
+    if uses_nuts and nuts_sampler != "pymc":
+        return False, (f"nuts_sampler={nuts_sampler!r} runs all chains in one program (on one "
+                       "accelerator for the JAX back-ends) and cannot run one chain on its own "
+                       "reproducibly; use nuts_sampler='pymc' to spread chains over workers")
+    return True, ""
+
+
+def _sample_one_chain(estimator: BaseEstimator, X: Any, y: Any, chain: int) -> az.InferenceData:
+    """Dask task: chain ``chain`` of ``estimator.fit(X, y)``, raw draws only."""
+    est = clone(estimator)
+    start = time.perf_counter()
+    with warnings.catch_warnings():
+        # one chain cannot be judged (R-hat); the merged fit is judged on the client
+        warnings.simplefilter("ignore")
+        try:
+            with chain_plan(chain_ids=[chain]):
+                est.fit(X, y)
+        except ChainsSampled as done:
+            idata = done.idata
+            idata.posterior.attrs["chain_seconds"] = time.perf_counter() - start
+            return idata
+    raise TypeError(f"{type(estimator).__name__}.fit finished without drawing MCMC chains "
+                    "through bayesmv's sampler, so its chains cannot be spread over workers")
+
+
+def _check_client(client: Any) -> None:
+    if not all(hasattr(client, a) for a in ("submit", "gather", "scatter")):
+        raise TypeError(f"client must be a dask.distributed.Client, got {type(client).__name__}")
+
+
+def sample_chains(
+    estimator: BaseEstimator,
+    X: Any,
+    y: Any,
+    client: Any,
+    chains: int | None = None,
+) -> BaseEstimator:
+    """Fit ``estimator`` with its MCMC chains running as tasks on a Dask cluster.
+
+    Parameters
+    ----------
+    estimator : bayesmv estimator
+        An MCMC estimator (``M3LAK`` with either sampler and ``nuts_sampler="pymc"``,
+        ``MVLSVM(inference="gibbs")``, ``MVM(inference="nuts")``).  It is not modified: a
+        clone is fitted and returned.
+    X, y : training views and labels, as for ``estimator.fit``.  They are sent to the
+        workers once (``client.scatter``).
+    client : dask.distributed.Client
+    chains : int, optional
+        Number of chains; the estimator's ``chains`` parameter when None.
+
+    Returns
+    -------
+    estimator
+        A fitted clone whose ``idata_`` holds all chains (concatenated along ``chain``),
+        equal to ``clone(estimator).set_params(chains=chains).fit(X, y)``: same draws, same
+        post-processing.  With ``random_seed=None`` a seed is drawn here and stored in the
+        clone's ``random_seed``, so the run can be repeated.  ``idata_.posterior.attrs``
+        gains ``distributed_seconds`` (wall time of the distributed sampling) and
+        ``chain_seconds`` (per task, model build and compilation included); the estimator's
+        own sampling-time attribute holds ``distributed_seconds``.
+
+    Raises
+    ------
+    TypeError, ValueError
+        For an estimator or setting that draws no chains (MAP, Laplace, closed form), or a
+        NUTS back-end that cannot run chains one at a time (nutpie, numpyro, blackjax).
+    """
+    _check_client(client)
+    ok, reason = supports_chains(estimator)
+    if not ok:
+        raise (TypeError if "'chains'" in reason else ValueError)(reason)
+    n_chains = estimator.get_params()["chains"] if chains is None else chains
+    if (not isinstance(n_chains, numbers.Integral) or isinstance(n_chains, bool)
+            or n_chains < 1):
+        raise ValueError(f"chains must be a positive integer, got {n_chains!r}")
+    est = clone(estimator).set_params(chains=int(n_chains))
+    if est.random_seed is None:
+        # every worker must derive its chain's streams from the same seed
+        est.set_params(random_seed=int(np.random.default_rng().integers(2**32)))
+
+    start = time.perf_counter()
+    X_remote, y_remote = client.scatter([X, y], broadcast=True)
+    token = uuid.uuid4().hex[:8]
+    futures = [client.submit(_sample_one_chain, est, X_remote, y_remote, i, pure=False,
+                             key=f"bayesmv-chain-{i}-{token}") for i in range(n_chains)]
+    try:
+        parts = client.gather(futures)
+    except BaseException:
+        client.cancel(futures)  # one chain failed: do not leave the others running
+        raise
+    del futures, X_remote, y_remote  # release the scattered data on the workers
+    wall = time.perf_counter() - start
+
+    parts = sorted(parts, key=lambda idata: int(idata.posterior.chain.values[0]))
+    merged = az.concat(*parts, dim="chain", reset_dim=False) if len(parts) > 1 else parts[0]
+    chain_seconds = [float(p.posterior.attrs.get("chain_seconds", np.nan)) for p in parts]
+    with chain_plan(replay=merged):
+        est.fit(X, y)
+    attrs = est.idata_.posterior.attrs
+    attrs.pop("previous_created_at", None)
+    for key in _TIMING_ATTRS:
+        if key in attrs:
+            attrs[key] = wall
+    attrs["distributed_seconds"] = wall
+    attrs["chain_seconds"] = chain_seconds
+    return est

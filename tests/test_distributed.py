@@ -1,0 +1,260 @@
+"""Scale-out: estimators ship to a Dask cluster and give the local answers there (model
+selection under joblib's Dask back-end), MCMC chains run as Dask tasks reproduce the local
+chains draw for draw, and the JAX NUTS back-ends sample a posterior known in closed form."""
+
+import importlib.util
+import pickle
+import warnings
+
+import joblib
+import numpy as np
+import pymc as pm
+import pytest
+from sklearn.base import clone
+from sklearn.model_selection import GridSearchCV, StratifiedKFold, cross_validate
+
+from bayesmv import M3LAK, MVLSVM, MVM, MVML, RhoTMVRKM
+from bayesmv.datasets import load_multiple_features, make_nonlinear_latent
+from bayesmv.inference.sample import ChainsSampled, chain_plan, run_sampler
+
+distributed = pytest.importorskip(
+    "distributed", reason="dask.distributed is not installed (pip install 'bayesmv[dask]')")
+from bayesmv.distributed import sample_chains  # noqa: E402
+
+M3LAK_TINY = dict(latent_dim=2, n_features=8, view_latent_dim=1, n_components=3, draws=25,
+                  tune=25, chains=2)
+
+
+@pytest.fixture(scope="module")
+def client():
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                       host="127.0.0.1", dashboard_address=None)
+    client = distributed.Client(cluster)
+    try:
+        yield client
+    finally:
+        client.close()
+        cluster.close()
+
+
+@pytest.fixture(scope="module")
+def digits():
+    """Digits 3 vs 5 (160 rows), three views concatenated so that splitters can index X."""
+    views, y = load_multiple_features(classes=(3, 5), views=("fou", "kar", "mor"))
+    rows = np.random.default_rng(0).permutation(y.size)[:160]
+    return np.hstack([v[rows] for v in views]), y[rows], tuple(v.shape[1] for v in views)
+
+
+@pytest.fixture(scope="module")
+def toy():
+    return make_nonlinear_latent(n_samples=40, view_dims=(5, 4), latent_dim=2,
+                                 view_latent_dim=1, noise=0.3, random_state=0)
+
+
+def _estimators(sizes):
+    """One cheap configuration of every estimator (the MCMC ones with few draws)."""
+    return [
+        RhoTMVRKM(rho=0.5, lam=0.1, gamma=0.05, view_sizes=sizes),
+        MVML(lmbda=0.1, nystrom=20, max_iter=20, random_seed=0, view_sizes=sizes),
+        MVM(rank=2, random_seed=0, view_sizes=sizes),
+        MVLSVM(n_landmarks=20, C=10.0, random_seed=0, view_sizes=sizes),
+        M3LAK(random_seed=0, view_sizes=sizes, **M3LAK_TINY),
+    ]
+
+
+@pytest.fixture(autouse=True)
+def _few_draws_warn():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # few draws: convergence warnings are expected
+        yield
+
+
+# ------------------------------------------------------------------ cheap to ship
+def test_estimators_hold_only_parameters_and_pickle_fresh_and_fitted(digits):
+    X, y, sizes = digits
+    for est in _estimators(sizes):
+        name = type(est).__name__
+        # nothing but the constructor's parameters (no arrays, no compiled functions)
+        assert set(vars(est)) == set(est.get_params(deep=False)), name
+        blob = pickle.dumps(est)
+        assert len(blob) < 2000, (name, len(blob))
+        assert pickle.loads(blob).get_params() == est.get_params()
+        if isinstance(est, M3LAK):
+            est.set_params(draws=10, tune=10)
+        fitted = est.fit(X[:80], y[:80])
+        back = pickle.loads(pickle.dumps(fitted))
+        np.testing.assert_array_equal(back.predict_proba(X[80:]),
+                                      fitted.predict_proba(X[80:]), err_msg=name)
+        # clone gives an unfitted copy with the same parameters
+        assert not hasattr(clone(fitted), "idata_")
+
+
+# ------------------------------------------------------------- model selection
+def test_grid_search_on_dask_equals_local(client, digits):
+    X, y, sizes = digits
+    grid = {"rho": [0.0, 0.5, 1.0], "lam": [0.01, 1.0]}
+    cv = StratifiedKFold(3, shuffle=True, random_state=0)
+    scoring = ["accuracy", "neg_log_loss"]
+
+    def search():
+        return GridSearchCV(RhoTMVRKM(gamma=0.05, view_sizes=sizes), grid, cv=cv,
+                            scoring=scoring, refit="neg_log_loss", n_jobs=-1).fit(X, y)
+
+    local = search()
+    with distributed.get_task_stream(client) as stream, joblib.parallel_backend("dask"):
+        remote = search()
+    assert len(stream.data) > 0  # the fits really ran as tasks on the cluster
+    assert remote.best_params_ == local.best_params_
+    for key in ("mean_test_accuracy", "mean_test_neg_log_loss", "split0_test_neg_log_loss"):
+        np.testing.assert_allclose(remote.cv_results_[key], local.cv_results_[key],
+                                   rtol=1e-9, err_msg=key)
+    np.testing.assert_allclose(remote.predict_proba(X), local.predict_proba(X), rtol=1e-9)
+
+
+@pytest.mark.parametrize("index", range(5), ids=["RhoTMVRKM", "MVML", "MVM", "MVLSVM", "M3LAK"])
+def test_every_estimator_cross_validates_on_dask(client, digits, index):
+    """cross_validate under the Dask back-end: same scores, fitted estimators shipped back
+    from the workers predict as the local ones (M3LAK's chains run sequentially there, as
+    worker processes may not start processes, and still equal the local parallel chains)."""
+    X, y, sizes = digits
+    est = _estimators(sizes)[index]
+    cv = StratifiedKFold(2, shuffle=True, random_state=1)
+    local = cross_validate(est, X, y, cv=cv, scoring="neg_log_loss", return_estimator=True)
+    with joblib.parallel_backend("dask"):
+        remote = cross_validate(est, X, y, cv=cv, scoring="neg_log_loss", n_jobs=-1,
+                                return_estimator=True)
+    np.testing.assert_allclose(remote["test_score"], local["test_score"], rtol=1e-9)
+    for a, b in zip(remote["estimator"], local["estimator"], strict=True):
+        np.testing.assert_allclose(a.decision_function(X[:20]), b.decision_function(X[:20]),
+                                   rtol=1e-9, atol=1e-12)
+
+
+# -------------------------------------------------------------- chains as tasks
+@pytest.mark.parametrize("sampler", ["hybrid", "nuts"])
+def test_distributed_chains_equal_local_chains(client, toy, sampler):
+    X, y = toy
+    params = dict(M3LAK_TINY, sampler=sampler, random_seed=3,
+                  **({"draws": 15, "tune": 15} if sampler == "nuts" else {}))
+    local = M3LAK(**params).fit(X, y)            # two local processes, one per chain
+    remote = sample_chains(M3LAK(**params), X, y, client)
+    a, b = remote.idata_.posterior, local.idata_.posterior
+    assert list(a.chain.values) == [0, 1] and a.sizes["draw"] == params["draws"]
+    assert set(a.data_vars) == set(b.data_vars)
+    for name in b.data_vars:
+        np.testing.assert_array_equal(a[name].values, b[name].values, err_msg=name)
+    # the merged fit is post-processed exactly as a local one
+    assert remote.convergence_.var_names == local.convergence_.var_names
+    head = [v[:5] for v in X]
+    np.testing.assert_array_equal(remote.predict_proba(head), local.predict_proba(head))
+    attrs = a.attrs
+    assert attrs["distributed_seconds"] > 0 and len(attrs["chain_seconds"]) == 2
+
+
+def test_mvlsvm_gibbs_chains_on_dask_and_a_drawn_seed(client, digits):
+    X, y, sizes = digits
+    est = MVLSVM(n_landmarks=15, C=10.0, inference="gibbs", draws=40, tune=20, chains=3,
+                 view_sizes=sizes)
+    remote = sample_chains(est, X, y, client)
+    assert est.random_seed is None                # the input estimator is untouched
+    seed = remote.random_seed                     # drawn once, shared by every chain
+    local = clone(est).set_params(random_seed=seed).fit(X, y)
+    assert remote.idata_.posterior.sizes["chain"] == 3
+    for name in ("beta", "bias", "f"):
+        np.testing.assert_array_equal(remote.idata_.posterior[name].values,
+                                      local.idata_.posterior[name].values, err_msg=name)
+
+
+def test_a_chain_alone_is_that_chain_of_the_full_run(toy):
+    """The per-chain streams: the last chain run alone (as on a worker) equals that chain of
+    a sequential three-chain run (no tuning state leaks from one chain into the next)."""
+    X, y = toy
+    params = dict(M3LAK_TINY, chains=3, cores=1, random_seed=9)
+    full = M3LAK(**params).fit(X, y).idata_.posterior
+    with pytest.raises(ChainsSampled) as alone, chain_plan(chain_ids=[2]):
+        M3LAK(**params).fit(X, y)
+    one = alone.value.idata.posterior
+    assert list(one.chain.values) == [2]
+    for name in full.data_vars:
+        np.testing.assert_array_equal(one[name].values[0], full[name].values[2], err_msg=name)
+
+
+def test_sample_chains_refuses_what_draws_no_chains(client, toy):
+    X, y = toy
+    with pytest.raises(TypeError, match="draws no MCMC chains"):
+        sample_chains(RhoTMVRKM(), X, y, client)
+    with pytest.raises(ValueError, match="inference='map'"):
+        sample_chains(MVM(), X, y, client)
+    with pytest.raises(ValueError, match="nuts_sampler='numpyro'"):
+        sample_chains(M3LAK(sampler="nuts", nuts_sampler="numpyro"), X, y, client)
+    with pytest.raises(ValueError, match="chains must be a positive integer"):
+        sample_chains(M3LAK(), X, y, client, chains=0)
+    with pytest.raises(TypeError, match="Client"):
+        sample_chains(M3LAK(), X, y, client=None)
+
+
+# ------------------------------------------------------------------ JAX samplers
+class _LinearGaussian:
+    """Bayesian linear regression with a known noise: the posterior is Gaussian in closed
+    form (stands in for a BuiltModel: ``run_sampler`` needs ``model`` and starting points)."""
+
+    def __init__(self, n=60, p=3, seed=0):
+        rng = np.random.default_rng(seed)
+        self.Phi = rng.normal(size=(n, p))
+        self.y = self.Phi @ np.array([1.0, -0.5, 0.25]) + 0.5 * rng.normal(size=n)
+        self.prec_prior, self.sigma = 1.0, 0.5
+        with pm.Model() as self.model:
+            w = pm.Normal("w", 0.0, 1.0, shape=p)
+            pm.Normal("obs", self.Phi @ w, self.sigma, observed=self.y)
+
+    def initial_values(self, rng):
+        return {"w": rng.normal(size=self.Phi.shape[1])}
+
+    def posterior(self):
+        prec = self.prec_prior * np.eye(self.Phi.shape[1]) + self.Phi.T @ self.Phi / self.sigma**2
+        cov = np.linalg.inv(prec)
+        return cov @ self.Phi.T @ self.y / self.sigma**2, np.sqrt(np.diag(cov))
+
+
+def _need(*modules):
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    return pytest.mark.skipif(bool(missing), reason=f"{', '.join(missing)} not installed: "
+                              "the JAX samplers are optional (pip install 'bayesmv[jax]')")
+
+
+@pytest.mark.parametrize("nuts_sampler", [
+    pytest.param("numpyro", marks=_need("jax", "numpyro")),
+    pytest.param("blackjax", marks=_need("jax", "blackjax")),
+])
+def test_jax_nuts_samples_the_closed_form_posterior(nuts_sampler):
+    built = _LinearGaussian()
+    draws = 1500
+    idata = run_sampler(built, sampler="nuts", draws=draws, tune=500, chains=2, cores=1,
+                        random_seed=4, trace_vars=["w"], progressbar=False,
+                        nuts_sampler=nuts_sampler)
+    w = idata.posterior["w"].values.reshape(-1, 3)
+    mean, sd = built.posterior()
+    # Monte Carlo error of the mean is sd/sqrt(ESS); ESS ~ draws for this easy target
+    np.testing.assert_allclose(w.mean(axis=0), mean, atol=5 * sd.max() / np.sqrt(draws))
+    np.testing.assert_allclose(w.std(axis=0), sd, rtol=0.1)
+    again = run_sampler(built, sampler="nuts", draws=draws, tune=500, chains=2, cores=1,
+                        random_seed=4, trace_vars=["w"], progressbar=False,
+                        nuts_sampler=nuts_sampler)
+    np.testing.assert_array_equal(again.posterior["w"].values, idata.posterior["w"].values)
+
+
+@_need("jax", "numpyro")
+def test_m3lak_fits_with_numpyro(toy):
+    X, y = toy
+    est = M3LAK(sampler="nuts", nuts_sampler="numpyro", random_seed=1,
+                **dict(M3LAK_TINY, draws=40, tune=40)).fit(X, y)
+    assert est.idata_.posterior["f"].shape == (2, 40, 40, 1)
+    assert list(est.idata_.observed_data["y"].values) == list(y)
+    assert est.score(X, y) > 0.7
+
+
+def test_unknown_or_missing_nuts_sampler_is_reported():
+    with pytest.raises(ValueError, match="nuts_sampler must be one of"):
+        M3LAK(sampler="nuts", nuts_sampler="stan").fit([np.zeros((4, 2))], [0, 1, 0, 1])
+    if importlib.util.find_spec("numpyro") is None:
+        with pytest.raises(ImportError, match=r"bayesmv\[jax\]"):
+            M3LAK(sampler="nuts", nuts_sampler="numpyro").fit([np.zeros((4, 2))], [0, 1, 0, 1])
