@@ -135,7 +135,7 @@ def uci_part(n_splits: int) -> None:
           f"{mean['acc_cv']:.4f} {mean['t_cv']:6.1f}\n")
 
 
-def large_part(n_total: int, n_features: int) -> None:
+def large_part(n_total: int, n_features: tuple[int, ...]) -> None:
     X, y = make_nonlinear_latent(n_samples=n_total + 2000, view_dims=(50, 30, 20),
                                  latent_dim=4, nonlinearity="circle", noise=0.5,
                                  label_noise=0.2, random_state=0)
@@ -153,16 +153,15 @@ def large_part(n_total: int, n_features: int) -> None:
               f"{exact.evidence_['seconds']:.1f} s; ϱ={exact.rho_:.2f}, λ={exact.lam_:.2g})",
               flush=True)
     hyper = dict(rho=exact.rho_, lam=exact.lam_, gamma=exact.gamma_)
-    t0 = time.perf_counter()
-    rff = RhoTMVRKM(n_features=n_features, random_seed=0, **hyper).fit(Xtr, ytr)
-    t_fit = time.perf_counter() - t0
-    acc = np.mean(rff.predict(Xte) == yte)
-    print(f"  random features (M = {n_features}) on all {n_total} rows, same hyper-parameters: "
-          f"acc {acc:.4f}, fit {t_fit:.1f} s, predict {time.perf_counter() - t0 - t_fit:.2f} s")
-    t0 = time.perf_counter()
-    rff_ml = RhoTMVRKM(n_features=n_features, random_seed=0).fit(Xtr, ytr)
-    print(f"  random features with its own marginal-likelihood choice (2000-row subsample): acc "
-          f"{np.mean(rff_ml.predict(Xte) == yte):.4f}, fit {time.perf_counter() - t0:.1f} s\n")
+    for M in n_features:
+        t0 = time.perf_counter()
+        rff = RhoTMVRKM(n_features=M, random_seed=0, **hyper).fit(Xtr, ytr)
+        t_fit = time.perf_counter() - t0
+        acc = np.mean(rff.predict(Xte) == yte)
+        print(f"  random features (M = {M}) on all {n_total} rows, the 4000-row fit's "
+              f"hyper-parameters: acc {acc:.4f}, fit {t_fit:.1f} s, predict "
+              f"{time.perf_counter() - t0 - t_fit:.2f} s", flush=True)
+    print()
 
 
 def main() -> None:
@@ -170,7 +169,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="two splits, N = 5000")
     args = parser.parse_args()
     uci_part(2 if args.quick else 5)
-    large_part(5000 if args.quick else 20000, 200)
+    large_part(5000 if args.quick else 20000, (200, 800))
 
 
 if __name__ == "__main__":

@@ -7,18 +7,38 @@ from bayesmv.components.features import (
     GaussianSpectral,
     RandomFourierFeatures,
 )
+from bayesmv.components.interaction import CPInteractionCombiner
+from bayesmv.components.kernels import ViewKernels, ViewRandomFeatures
+from bayesmv.components.landmarks import LandmarkFeatures
 from bayesmv.components.latent import SharedLatent
-from bayesmv.components.likelihoods import GaussianLikelihood, HingeLikelihood
+from bayesmv.components.likelihoods import (
+    GaussianLikelihood,
+    HingeLikelihood,
+    LogisticLikelihood,
+)
+from bayesmv.components.linear import LinearFeatures
+from bayesmv.components.metric import BlockMetricCombiner
+from bayesmv.components.nystrom import NystromFeatures
+from bayesmv.components.tensor import RhoTensorCombiner
 
 __all__ = [
+    "BlockMetricCombiner",
     "BuildContext",
     "Component",
+    "CPInteractionCombiner",
     "GaussianLikelihood",
     "Identity",
     "DPMixtureSpectral",
     "GaussianSpectral",
     "HingeLikelihood",
+    "LandmarkFeatures",
+    "LinearFeatures",
+    "LogisticLikelihood",
+    "NystromFeatures",
     "RandomFourierFeatures",
+    "RhoTensorCombiner",
+    "ViewKernels",
+    "ViewRandomFeatures",
     "SharedLatent",
     "SumCombiner",
 ]

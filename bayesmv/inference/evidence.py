@@ -39,11 +39,19 @@ def tau_of(rho: float, n_views: int) -> float:
 
 
 def combine_kernels(grams: Sequence[np.ndarray], rho: float) -> np.ndarray:
-    """``K_ϱ = (1-ϱ) Σ_v K_v + ϱ ⊙_v K_v``."""
-    total = np.sum(grams, axis=0)
+    """``K_ϱ = (1-ϱ) Σ_v K_v + ϱ ⊙_v K_v`` (accumulated in place: no V × N × N stack)."""
+    total = np.array(grams[0], dtype=float, copy=True)
+    for K in grams[1:]:
+        total += K
     if rho == 0.0:
         return total
-    return (1.0 - rho) * total + rho * np.prod(grams, axis=0)
+    prod = np.array(grams[0], dtype=float, copy=True)
+    for K in grams[1:]:
+        prod *= K
+    total *= 1.0 - rho
+    prod *= rho
+    total += prod
+    return total
 
 
 @dataclass
@@ -58,6 +66,7 @@ class EvidenceResult:
     seconds: float
     n_samples: int
     free: tuple[str, ...]
+    at_bounds: tuple[str, ...] = ()
 
 
 class RhoTensorEvidence:
@@ -163,7 +172,12 @@ class RhoTensorEvidence:
         res = optimize.minimize(self, self.start(), jac=True, method="L-BFGS-B",
                                 bounds=self.bounds(), options={"maxiter": max_iter})
         gammas, lam, rho = self.unpack(res.x)
-        return EvidenceResult(gammas=gammas, lam=lam, rho=rho,
+        # an optimum on the search range's edge: the evidence keeps rising beyond it (e.g.
+        # λ → 0 when the labels can be interpolated, γ → 0 when a view is best linear)
+        at_bounds = tuple(name for name, z, (lo, hi) in zip(self.free, res.x, self.bounds(),
+                                                             strict=True)
+                          if min(z - lo, hi - z) < 1e-6 * max(1.0, hi - lo))
+        return EvidenceResult(gammas=gammas, lam=lam, rho=rho, at_bounds=at_bounds,
                               neg_log_evidence=float(res.fun), n_iterations=int(res.nit),
                               seconds=time.perf_counter() - start, n_samples=self.Y.shape[0],
                               free=self.free)

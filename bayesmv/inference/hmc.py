@@ -83,12 +83,15 @@ class _HMCStep(_HybridStep):
     def __init__(self, vars, spec, target_accept: float = 0.8, initial_step: float = 0.5,
                  max_steps: int = 32, model=None, rng=None, blocked=True):
         super().__init__(vars, spec, model=model, rng=rng, blocked=blocked)
+        self.initial_step = initial_step
         self.adapt = DualAveraging(initial_step, target_accept)
         self.max_steps = max_steps
 
     def reset_tuning(self):
         super().reset_tuning()
-        self.adapt.reset()
+        # a fresh adapter, not adapt.reset(): FrequencyHMC swaps in one that starts from the
+        # tuned step, which would leak one chain's tuning into the next in a sequential run
+        self.adapt = DualAveraging(self.initial_step, self.adapt.target)
 
     def _leapfrog(self, target, x0: np.ndarray, eps: float, n_steps: int):
         """Leapfrog from x0 with float32 forces; return (x1, p0, p1, lp0, lp1) with exact lp."""

@@ -64,6 +64,10 @@ class HybridSpec:
     # -------------------------------------------------------- point <-> natural
     def natural(self, point: dict) -> dict:
         """Natural-space parameters of a point (only what the steps need)."""
+        # fresh (aligned) copies: in a parallel run PyMC hands over views of shared memory
+        # whose alignment changes BLAS/SIMD summation order; the 1e-12 differences then grew
+        # until a chain sampled in a worker process differed from the same chain run alone
+        point = {k: np.array(v) for k, v in point.items()}
         nat = {"H": point["H"], "Omega": point["Omega"], "beta": point["beta"],
                "tau": np.exp(point["tau_log__"]), "r": np.exp(point["r_log__"])}
         for v in range(self.n_views):

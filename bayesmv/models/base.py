@@ -8,13 +8,18 @@ never leaves a half-fitted model behind.  Fitted models save to one netCDF file 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import numbers
+import os
+import uuid
+import warnings
 from pathlib import Path
 from typing import Any
 
 import arviz as az
 import numpy as np
+import pandas as pd
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.exceptions import NotFittedError
 
@@ -25,9 +30,13 @@ from bayesmv.data import (
     check_labels,
     check_views,
 )
+from bayesmv.diagnostics.convergence import inference_kind
 
 #: attribute of ``idata.posterior`` holding the JSON description of a fitted estimator
 MODEL_ATTR = "bayesmv_model"
+#: attributes holding the SHA-256 digest of the saved content and the writing package version
+DIGEST_ATTR = "bayesmv_sha256"
+VERSION_ATTR = "bayesmv_version"
 _REGISTRY: dict[str, type] = {}
 
 
@@ -53,6 +62,24 @@ def _labels_to_json(classes: np.ndarray) -> dict[str, Any]:
     return {"kind": kind, "values": values}
 
 
+def _json_default(value: Any) -> Any:
+    """numpy scalars and arrays in parameters (e.g. from a GridSearchCV grid) as JSON."""
+    if isinstance(value, np.generic | np.ndarray):
+        return value.tolist()
+    raise TypeError(f"parameter value {value!r} of type {type(value).__name__} cannot be "
+                    "saved as JSON")
+
+
+def check_random_seed(value: Any, name: str = "random_seed") -> None:
+    """Raise ValueError unless ``value`` is None or a non-negative integer (a seed that
+    :class:`numpy.random.SeedSequence` accepts)."""
+    if value is None:
+        return
+    if (isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Integral)
+            or value < 0):
+        raise ValueError(f"{name} must be None or a non-negative integer, got {value!r}")
+
+
 def _labels_from_json(d: dict[str, Any]) -> np.ndarray:
     dtype = {"bool": bool, "int": np.int64, "float": float, "str": object}[d["kind"]]
     return np.asarray(d["values"], dtype=dtype)
@@ -63,6 +90,8 @@ class MultiViewClassifier(ClassifierMixin, BaseEstimator):
 
     # ------------------------------------------------------------- fitting
     def _validate_training_data(self, X, y) -> tuple[MultiViewData, np.ndarray, np.ndarray]:
+        # every estimator validates its data here before any heavy work: check the seed too
+        check_random_seed(getattr(self, "random_seed", None))
         data = check_views(X, getattr(self, "view_sizes", None), argument="X")
         classes, y_index = check_labels(y, data.n_samples, argument="y")
         return data, classes, y_index
@@ -71,6 +100,22 @@ class MultiViewClassifier(ClassifierMixin, BaseEstimator):
         if not hasattr(self, "idata_"):
             raise NotFittedError(f"This {type(self).__name__} instance is not fitted yet; "
                                  "call 'fit' with training data first.")
+
+    def _commit(self, **fitted: Any) -> None:
+        """Install a fit's state in one step.
+
+        ``fit`` computes everything first and calls this last: one ``dict.update`` cannot be
+        split by an exception or a Ctrl-C (Python handles signals between bytecodes), so the
+        estimator holds either the previous fit or the new one, never a mixture.
+        """
+        vars(self).update(fitted)
+
+    @property
+    def interrupted_(self) -> bool:
+        """Whether sampling was interrupted (Ctrl-C) and the fit holds only the draws made
+        before it (``idata_.posterior.attrs["interrupted"]``; kept by ``save``/``load``)."""
+        self._check_fitted()
+        return bool(self.idata_.posterior.attrs.get("interrupted", 0))
 
     def _prepare(self, X) -> MultiViewData:
         """Validate prediction-time views against the training layout and standardise."""
@@ -85,6 +130,44 @@ class MultiViewClassifier(ClassifierMixin, BaseEstimator):
         proba = self.predict_proba(X)
         return self.classes_[np.argmax(proba, axis=1)]
 
+    # --------------------------------------------------- diagnostics protocol
+    # bayesmv.diagnostics reads fits only through these methods, so every estimator gets the
+    # same checks; the defaults treat the fit as one plug-in point (right for MAP fits) and
+    # estimators with posterior draws override them.
+    def _inference_kind(self) -> str:
+        """``"mcmc"``, ``"laplace"`` or ``"map"`` (from ``idata_.posterior.attrs``)."""
+        self._check_fitted()
+        return inference_kind(self.idata_)
+
+    def _decision_draws(self, X) -> np.ndarray:
+        """Posterior draws of the decision values at ``X``: (n_draws, n_samples, n_tasks).
+
+        Default: ``decision_function(X)`` as one draw (a plug-in point estimate).
+        """
+        f = np.asarray(self.decision_function(X), dtype=float)
+        return f.reshape(1, f.shape[0], -1)
+
+    def _class_probability_draws(self, X) -> np.ndarray:
+        """Class probabilities per posterior draw: (n_draws, n_samples, n_classes).
+
+        Each draw is the model's normalised likelihood at that draw's decision values, so
+        labels replicated from it are the model's posterior predictive; the mean over draws is
+        (close to) ``predict_proba(X)``.  Default: ``predict_proba(X)`` as one draw.
+        """
+        return np.asarray(self.predict_proba(X), dtype=float)[None]
+
+    def view_relevance(self) -> pd.DataFrame:
+        """How much the fitted model relies on each view: one row per view.
+
+        Every numeric column is one relevance measure; ``attrs["description"]`` explains
+        each, ``attrs["title"]`` heads the picture of
+        :func:`bayesmv.diagnostics.plot_view_relevance`, optional ``attrs["bars"]`` lists the
+        columns drawn as bars and ``attrs["heatmap"]`` = (title, columns) a view-by-column
+        heat map.
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no view-relevance summary; "
+                                  "diagnostics reports leave that section out")
+
     # ----------------------------------------------------------- persistence
     def _extra_state(self) -> dict[str, Any]:
         return {}
@@ -97,12 +180,19 @@ class MultiViewClassifier(ClassifierMixin, BaseEstimator):
 
         The file is the ``InferenceData`` (``az.from_netcdf`` reads it too) with the
         estimator's parameters, class labels, view layout and standardisation in the JSON
-        attribute ``posterior.attrs['bayesmv_model']``.
+        attribute ``posterior.attrs['bayesmv_model']``, the package version, and a SHA-256
+        digest of every stored array, every attribute and that description, so a truncated or
+        altered file is refused at load time instead of predicting wrongly.  The file is
+        written under a temporary name and then renamed, so an interrupted save never leaves
+        a damaged file at ``path`` (an existing file there stays as it was).
         """
+        from bayesmv import __version__
+
         self._check_fitted()
         path = Path(path)
         description = {
             "estimator": type(self).__name__,
+            "bayesmv_version": __version__,
             "params": self.get_params(deep=False),
             "classes": _labels_to_json(self.classes_),
             "layout": self.layout_.to_dict(),
@@ -111,8 +201,18 @@ class MultiViewClassifier(ClassifierMixin, BaseEstimator):
             "extra": self._extra_state(),
         }
         idata = self.idata_.copy()
-        idata.posterior.attrs[MODEL_ATTR] = json.dumps(description)
-        idata.to_netcdf(str(path))
+        text = json.dumps(description, default=_json_default)
+        idata.posterior.attrs[MODEL_ATTR] = text
+        idata.posterior.attrs[VERSION_ATTR] = __version__
+        idata.posterior.attrs[DIGEST_ATTR] = _digest(idata, text)
+        # a fresh name beside the target (same file system, so the rename is atomic)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:12]}.tmp")
+        try:
+            idata.to_netcdf(tmp)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
         return path
 
     @classmethod
@@ -121,24 +221,85 @@ class MultiViewClassifier(ClassifierMixin, BaseEstimator):
         return load(path, expected=cls)
 
 
+def _canonical_attrs(attrs: dict) -> str:
+    """Attributes in a form that survives a netCDF round trip (which turns a one-element list
+    into a scalar and Python numbers into numpy ones)."""
+    items = sorted((str(k), np.atleast_1d(np.asarray(v)).ravel().tolist())
+                   for k, v in attrs.items() if k not in (MODEL_ATTR, DIGEST_ATTR))
+    return repr(items)
+
+
+def _digest(idata: az.InferenceData, description: str) -> str:
+    """SHA-256 over the description, every array (name, dtype, shape, bytes) of every group
+    and every attribute (of the groups and of their arrays)."""
+    h = hashlib.sha256(description.encode())
+    for group in sorted(idata.groups()):
+        ds = idata[group]
+        h.update(f"{group}/attrs/{_canonical_attrs(ds.attrs)}".encode())
+        for name in sorted(map(str, ds.variables)):
+            h.update(f"{group}/{name}/attrs/{_canonical_attrs(ds[name].attrs)}".encode())
+            values = np.ascontiguousarray(ds[name].values)
+            if values.dtype.kind in "OUS":
+                values = np.asarray(values.astype(str))
+                h.update(f"{group}/{name}/{values.tolist()!r}".encode())
+                continue
+            h.update(f"{group}/{name}/{values.dtype.str}/{values.shape}".encode())
+            h.update(values.tobytes())
+    return h.hexdigest()
+
+
 def load(path: str | Path, expected: type | None = None) -> MultiViewClassifier:
-    """Load any fitted bayesmv estimator saved with ``save``."""
-    idata = az.from_netcdf(str(path))
-    idata.load()
+    """Load any fitted bayesmv estimator saved with ``save``.
+
+    Only netCDF arrays and JSON are read (no pickle: loading cannot run code).  A file that
+    is not a bayesmv model, is truncated, or whose arrays or description were altered after
+    saving raises a ``ValueError`` that says so.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no such model file: {path}")
     try:
-        description = json.loads(idata.posterior.attrs[MODEL_ATTR])
-    except KeyError:
-        raise ValueError(f"{path} holds an InferenceData but no bayesmv model description "
-                         f"(attribute '{MODEL_ATTR}' is missing)") from None
-    del idata.posterior.attrs[MODEL_ATTR]
-    cls = _REGISTRY[description["estimator"]]
+        idata = az.from_netcdf(str(path))
+        idata.load()
+    except Exception as exc:  # h5netcdf/h5py raise OSError, KeyError, ValueError...
+        raise ValueError(f"{path} could not be read as a netCDF model file (truncated or not a "
+                         f"bayesmv file?): {type(exc).__name__}: {exc}") from exc
+    attrs = idata.posterior.attrs if "posterior" in idata.groups() else {}
+    if MODEL_ATTR not in attrs:
+        raise ValueError(f"{path} holds no bayesmv model description (attribute "
+                         f"'{MODEL_ATTR}' is missing); was it written by an estimator's save()?")
+    text = attrs.pop(MODEL_ATTR)
+    digest = attrs.pop(DIGEST_ATTR, None)
+    if digest is None or digest != _digest(idata, text):
+        attrs.pop(VERSION_ATTR, None)
+        raise ValueError(f"{path} failed its integrity check: its arrays, attributes or model "
+                         "description differ from what was saved (the file was altered or "
+                         "damaged)")
+    attrs.pop(VERSION_ATTR, None)
+    try:
+        description = json.loads(text)
+        cls = _REGISTRY[description["estimator"]]
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise ValueError(f"{path}: the model description is not valid ({exc!r})") from exc
     if expected is not None and not issubclass(cls, expected):
         raise TypeError(f"{path} holds a {cls.__name__}, not a {expected.__name__}")
-    est = cls(**description["params"])
-    est.classes_ = _labels_from_json(description["classes"])
-    est.layout_ = ViewLayout.from_dict(description["layout"])
-    est.standardizer_ = (ViewStandardizer.from_dict(description["standardizer"])
-                         if description["standardizer"] is not None else None)
-    est.idata_ = idata
-    est._set_extra_state(description["extra"])
+    from bayesmv import __version__
+
+    saved_version = description.get("bayesmv_version")
+    try:
+        est = cls(**description["params"])
+        est.classes_ = _labels_from_json(description["classes"])
+        est.layout_ = ViewLayout.from_dict(description["layout"])
+        est.standardizer_ = (ViewStandardizer.from_dict(description["standardizer"])
+                             if description["standardizer"] is not None else None)
+        est.idata_ = idata
+        est.saved_with_version_ = saved_version
+        est._set_extra_state(description["extra"])
+    except Exception as exc:
+        raise ValueError(f"{path}: a {description['estimator']} saved by bayesmv "
+                         f"{saved_version} cannot be restored by bayesmv {__version__} "
+                         f"({type(exc).__name__}: {exc})") from exc
+    if saved_version != __version__:
+        warnings.warn(f"{path} was saved by bayesmv {saved_version}; this is {__version__}",
+                      UserWarning, stacklevel=2)
     return est

@@ -7,6 +7,7 @@ import os
 import time
 
 import numpy as np
+import pandas as pd
 import xarray as xr
 
 from bayesmv.builder import BuiltModel, ModelBuilder
@@ -18,10 +19,10 @@ from bayesmv.components import (
     SharedLatent,
     SumCombiner,
 )
-from bayesmv.components.likelihoods import hinge_probability
+from bayesmv.components.likelihoods import class_probabilities, log_hinge_probability
 from bayesmv.data import ViewLayout, ViewStandardizer, label_tasks
 from bayesmv.diagnostics.convergence import check_convergence, warn_if_not_converged
-from bayesmv.inference.sample import nutpie_available, run_sampler
+from bayesmv.inference.sample import check_nuts_sampler, run_sampler
 from bayesmv.models.base import MultiViewClassifier, register
 
 _POSITIVE = ("C", "eta", "alpha", "a_r", "b_r", "a_tau", "b_tau", "v", "bandwidth",
@@ -57,7 +58,7 @@ class M3LAK(MultiViewClassifier):
         Posterior draws and tuning iterations per chain, number of chains.
     cores : int or None
         Chains run in parallel on this many processes (one per chain, up to the CPU count,
-        when None).
+        when None); one after the other inside a daemonic process such as a Dask worker.
     random_seed : int or None
         Seed: the same seed gives the same fit and the same predictions.
     view_latent_dim : int, default 5
@@ -93,8 +94,11 @@ class M3LAK(MultiViewClassifier):
         Posterior draws used at prediction time (evenly thinned).
     target_accept : float, default 0.8
         Target acceptance of the HMC blocks / NUTS.
-    nuts_sampler : {"pymc", "nutpie"}, default "pymc"
-        NUTS implementation for ``sampler="nuts"``.
+    nuts_sampler : {"pymc", "nutpie", "numpyro", "blackjax"}, default "pymc"
+        NUTS implementation for ``sampler="nuts"``: PyMC's own, nutpie
+        (``pip install 'bayesmv[fast]'``), or PyMC's JAX back-ends numpyro and blackjax
+        (``pip install 'bayesmv[jax]'``; they run on a GPU when JAX sees one).  Only
+        ``"pymc"`` runs each chain on its own reproducibly (``bayesmv.distributed``).
     progressbar : bool, default False
         Show PyMC's progress bar.
     """
@@ -163,7 +167,8 @@ class M3LAK(MultiViewClassifier):
     def _validate_params(self) -> None:
         for name in _POSITIVE:
             value = getattr(self, name)
-            if not isinstance(value, numbers.Real) or not np.isfinite(value) or value <= 0:
+            if (not isinstance(value, numbers.Real) or isinstance(value, bool)
+                    or not np.isfinite(value) or value <= 0):
                 raise ValueError(f"{name} must be a positive finite number, got {value!r}")
         for name in _POSITIVE_INT:
             value = getattr(self, name)
@@ -175,18 +180,22 @@ class M3LAK(MultiViewClassifier):
             raise ValueError(f"target_accept must lie in (0, 1), got {self.target_accept!r}")
         if self.sampler not in ("hybrid", "nuts"):
             raise ValueError(f"sampler must be 'hybrid' or 'nuts', got {self.sampler!r}")
-        if self.nuts_sampler not in ("pymc", "nutpie"):
-            raise ValueError(f"nuts_sampler must be 'pymc' or 'nutpie', got {self.nuts_sampler!r}")
-        if self.nuts_sampler == "nutpie" and not nutpie_available():
-            raise ImportError("nuts_sampler='nutpie' needs nutpie: pip install 'bayesmv[fast]'")
+        check_nuts_sampler(self.nuts_sampler, require_installed=self.sampler == "nuts")
         if self.spectral not in ("dp_mixture", "gaussian"):
             raise ValueError(f"spectral must be 'dp_mixture' or 'gaussian', got {self.spectral!r}")
         if self.spectral == "dp_mixture" and (not isinstance(self.n_components, numbers.Integral)
                                               or self.n_components < 2):
             raise ValueError(f"n_components must be an integer >= 2, got {self.n_components!r}")
+        if self.cores is not None and (not isinstance(self.cores, numbers.Integral)
+                                       or isinstance(self.cores, bool) or self.cores < 1):
+            raise ValueError(f"cores must be None or a positive integer, got {self.cores!r}")
         if self.v_prior is not None:
-            a_v, b_v = self.v_prior
-            if not (a_v > 0 and b_v > 0):
+            try:
+                a_v, b_v = (float(x) for x in self.v_prior)
+            except (TypeError, ValueError):
+                raise ValueError("v_prior must be None or a pair of positive numbers, "
+                                 f"got {self.v_prior!r}") from None
+            if not (np.isfinite(a_v) and np.isfinite(b_v) and a_v > 0 and b_v > 0):
                 raise ValueError(f"v_prior must be a pair of positive numbers, got {self.v_prior}")
 
     # ------------------------------------------------------------- builder
@@ -229,6 +238,14 @@ class M3LAK(MultiViewClassifier):
         Returns
         -------
         self
+
+        Notes
+        -----
+        Ctrl-C while sampling keeps the posterior draws made so far: the fit is then flagged
+        (``interrupted_``, ``idata_.posterior.attrs["interrupted"]`` and a
+        :class:`~bayesmv.inference.sample.SamplingInterruptedWarning`).  Interrupted before any
+        posterior draw (while tuning), ``fit`` raises ``KeyboardInterrupt``; a failed or
+        interrupted ``fit`` leaves a previous fit as it was.
         """
         built = self.build_model(X, y)
         trace_vars = [rv.name for rv in built.model.free_RVs if rv.name not in ("H",)]
@@ -245,14 +262,14 @@ class M3LAK(MultiViewClassifier):
                                                          built.context.targets)}))
         idata.posterior.attrs["sampling_seconds"] = elapsed
         idata.posterior.attrs["sampler"] = self.sampler
-        # assign fitted state only now: a failure above leaves the estimator untouched
-        self.classes_ = built.classes
-        self.layout_ = ViewLayout(built.context.data.view_sizes, built.context.data.view_names)
-        self.standardizer_ = built.standardizer
-        self.idata_ = idata
-        self.n_features_in_ = int(sum(self.layout_.view_sizes))
-        self.convergence_ = check_convergence(idata)
-        warn_if_not_converged(self.convergence_)
+        convergence = check_convergence(idata)
+        layout = ViewLayout(built.context.data.view_sizes, built.context.data.view_names)
+        # fitted state only now, in one step: a failure or Ctrl-C above leaves a previous fit
+        # untouched
+        self._commit(classes_=built.classes, layout_=layout, standardizer_=built.standardizer,
+                     idata_=idata, n_features_in_=int(sum(layout.view_sizes)),
+                     convergence_=convergence)
+        warn_if_not_converged(convergence)
         return self
 
     def _cores(self) -> int:
@@ -325,15 +342,70 @@ class M3LAK(MultiViewClassifier):
         """Posterior-averaged class probabilities from the normalised hinge likelihood.
 
         ``p(y = +1 | f) = ℓ(+1|f) / (ℓ(+1|f) + ℓ(-1|f))``, averaged over posterior draws and
-        over the test latents ``h* | x*``; one-vs-rest scores are renormalised to sum to one.
+        over the test latents ``h* | x*``; one-vs-rest scores are renormalised to sum to one
+        (in log space, so that scores that all underflow still give a distribution).
         """
-        p = hinge_probability(self._predictive_f(X, sample_latent=True), self.C)
-        p = p.reshape(-1, *p.shape[-2:]).mean(axis=0)
-        if p.shape[1] == 1:
-            return np.column_stack([1.0 - p[:, 0], p[:, 0]])
-        return p / p.sum(axis=1, keepdims=True)
+        log_p = log_hinge_probability(self._predictive_f(X, sample_latent=True), self.C)
+        return class_probabilities(log_p.reshape(-1, *log_p.shape[-2:]), axis=0)
 
     def training_decision_values(self) -> xr.DataArray:
         """Posterior draws of ``f`` at the training points (the judged quantity)."""
         self._check_fitted()
         return self.idata_.posterior["f"]
+
+    # ------------------------------------------------------------ diagnostics
+    def _decision_draws(self, X) -> np.ndarray:
+        """Per posterior draw, ``E[f* | x*, draw]`` with the test latent ``h*`` integrated out
+        exactly: (n_draws, n_samples, n_tasks); their mean is ``decision_function(X)``."""
+        return self._predictive_f(X, sample_latent=False)
+
+    def _class_probability_draws(self, X) -> np.ndarray:
+        """Per posterior draw, the normalised hinge probabilities averaged over the draws of
+        ``h* | x*``: (n_draws, n_samples, n_classes).  For two classes their mean over draws
+        is ``predict_proba(X)`` (the same ``h*`` draws); with more, one-vs-rest scores are
+        renormalised per draw rather than after averaging."""
+        log_p = log_hinge_probability(self._predictive_f(X, sample_latent=True), self.C)
+        return class_probabilities(log_p, axis=1)
+
+    def view_relevance(self) -> pd.DataFrame:
+        """Per view: the share of its variance the shared latent explains, its noise
+        precision τ and the ARD relevances ``1/r`` of its loading columns (posterior means).
+
+        ``shared_fraction`` is ``||W_v||² / (||W_v||² + ||V_v||² + D_v/τ_v)`` per draw, which
+        rotations of the latent leave unchanged.  The latent columns are exchangeable (the
+        model does not order them), so the ARD columns ``ard_1 … ard_m`` are ordered, draw by
+        draw, by their total relevance over the views before averaging.
+        """
+        self._check_fitted()
+        post = self.idata_.posterior
+        n_views = len(self.layout_.view_sizes)
+        flat = {name: post[name].values.reshape((-1,) + post[name].shape[2:])
+                for name in ["tau", "r"] + [f"{w}_{v}" for v in range(n_views)
+                                            for w in ("W", "V")]}
+        tau, relevance = flat["tau"], 1.0 / flat["r"]           # (S, V), (S, V, m)
+        order = np.argsort(-relevance.sum(axis=1), axis=1)      # columns by total relevance
+        ordered = np.take_along_axis(relevance, order[:, None, :], axis=2)
+        shared = np.empty_like(tau)
+        for v in range(n_views):
+            w2 = np.sum(flat[f"W_{v}"] ** 2, axis=(1, 2))
+            v2 = np.sum(flat[f"V_{v}"] ** 2, axis=(1, 2))
+            shared[:, v] = w2 / (w2 + v2 + self.layout_.view_sizes[v] / tau[:, v])
+        ard_cols = [f"ard_{j + 1}" for j in range(ordered.shape[2])]
+        frame = pd.DataFrame({"shared_fraction": shared.mean(axis=0), "tau": tau.mean(axis=0),
+                              "tau_sd": tau.std(axis=0),
+                              "ard_total": relevance.sum(axis=2).mean(axis=0)},
+                             index=pd.Index(self.layout_.view_names, name="view"))
+        frame[ard_cols] = ordered.mean(axis=0)
+        frame.attrs.update({
+            "title": "M3LAK: how strongly each view follows the shared latent",
+            "bars": ["shared_fraction", "tau", "ard_total"],
+            "heatmap": ("ARD relevance 1/r of W's columns (ordered per draw)", ard_cols),
+            "description": {
+                "shared_fraction": "share of the view's variance explained by the shared "
+                                   "latent (posterior mean; rotation-invariant)",
+                "tau": "noise precision of the (standardised) view, posterior mean",
+                "tau_sd": "posterior sd of tau",
+                "ard_total": "sum over latent columns of the ARD relevance 1/r (prior "
+                             "variance of the view's loadings), posterior mean",
+            }})
+        return frame

@@ -11,11 +11,11 @@ from typing import Any
 import numpy as np
 import xarray as xr
 from numpy.polynomial.hermite_e import hermegauss
-from scipy.special import expit
+from scipy.special import log_expit, logsumexp
 from threadpoolctl import ThreadpoolController
 
 from bayesmv.builder import BuiltModel, ModelBuilder
-from bayesmv.components.likelihoods import GaussianLikelihood
+from bayesmv.components.likelihoods import GaussianLikelihood, class_probabilities
 from bayesmv.components.metric import BlockMetricCombiner
 from bayesmv.components.nystrom import (
     NystromFeatures,
@@ -70,7 +70,7 @@ class MVML(MultiViewClassifier):
         ``"sparse"``).  Unused by the fixed metrics.
     nystrom : float in (0, 1] or int, default 0.25
         Nyström subset size: a fraction of the training rows (``floor(nystrom · N)``) or a
-        number of rows; the same rows for every view.
+        number of rows (at most N: more is a ValueError); the same rows for every view.
     learn_A : {"full", "sparse", "identity", "cov"}, default "full"
         ``"full"``: learn A by gradient steps ``A ← (1 - 2sη)A + sλ A⁻¹g gᵀA⁻¹`` with
         ``s < 1/(2η)``, Armijo-guarded (paper objective) or by EM (bayes objective);
@@ -224,6 +224,11 @@ class MVML(MultiViewClassifier):
         self._validate_params()
         data, classes, y_index = self._validate_training_data(X, y)
         self._validate_params(data.n_views)
+        if (isinstance(self.nystrom, numbers.Integral) and not isinstance(self.nystrom, bool)
+                and self.nystrom > data.n_samples):
+            raise ValueError(f"nystrom={self.nystrom} asks for more Nyström landmarks than the "
+                             f"{data.n_samples} training rows; give at most {data.n_samples} "
+                             "or a fraction in (0, 1]")
         check_complete_views(data, "X")
         standardizer = ViewStandardizer().fit(data) if self.standardize else None
         if standardizer is not None:
@@ -273,17 +278,13 @@ class MVML(MultiViewClassifier):
         elapsed = time.perf_counter() - start
 
         idata = self._make_idata(fits, state, data, y_index, targets, elapsed)
-        # fitted state only now: a failure above leaves a previous fit intact
-        self.classes_ = classes
-        self.layout_ = ViewLayout(data.view_sizes, data.view_names)
-        self.standardizer_ = standardizer
-        self.n_features_in_ = int(sum(data.view_sizes))
-        self.idata_ = idata
-        self.n_iter_ = np.array([ft.n_iter for ft in fits])
-        self.objective_history_ = [np.asarray(ft.objective) for ft in fits]
-        self.converged_ = np.array([ft.converged for ft in fits])
-        self.fit_time_ = elapsed
-        self._restore(state, [ft.cov_factor for ft in fits])
+        # fitted state only now, in one step: a failure above leaves a previous fit intact
+        self._restore(state, [ft.cov_factor for ft in fits], idata, classes_=classes,
+                      layout_=ViewLayout(data.view_sizes, data.view_names),
+                      standardizer_=standardizer, n_features_in_=int(sum(data.view_sizes)),
+                      idata_=idata, n_iter_=np.array([ft.n_iter for ft in fits]),
+                      objective_history_=[np.asarray(ft.objective) for ft in fits],
+                      converged_=np.array([ft.converged for ft in fits]), fit_time_=elapsed)
         return self
 
     def _make_idata(self, fits, state: NystromState, data: MultiViewData, y_index, targets,
@@ -324,15 +325,17 @@ class MVML(MultiViewClassifier):
                                 observed_data=observed)
 
     # ------------------------------------------------------------ fitted state
-    def _restore(self, state: NystromState, cov_factors: list[np.ndarray]) -> None:
-        post = self.idata_.posterior
-        self._state = state
-        self._cov_factors = cov_factors
-        self.A_ = np.asarray(post["A"].values[0, 0])
-        self.g_ = np.asarray(post["g"].values[0, 0])
-        self.w_ = np.asarray(post["w"].values[0, 0])
-        self.nystrom_subset_ = state.subset.copy()
-        self.view_interactions_ = np.stack([block_norms(A, state.block_sizes) for A in self.A_])
+    def _restore(self, state: NystromState, cov_factors: list[np.ndarray], idata=None,
+                 **fitted: Any) -> None:
+        """Install the prediction state read from ``idata`` (default ``idata_``) together with
+        ``fitted``, all in one step."""
+        post = (self.idata_ if idata is None else idata).posterior
+        A = np.asarray(post["A"].values[0, 0])
+        self._commit(_state=state, _cov_factors=cov_factors, A_=A,
+                     g_=np.asarray(post["g"].values[0, 0]), w_=np.asarray(post["w"].values[0, 0]),
+                     nystrom_subset_=state.subset.copy(),
+                     view_interactions_=np.stack([block_norms(a, state.block_sizes) for a in A]),
+                     **fitted)
 
     def _extra_state(self) -> dict[str, Any]:
         return {"kernels": list(self._state.kernels), "gammas": list(self._state.gammas),
@@ -387,13 +390,12 @@ class MVML(MultiViewClassifier):
     def predict_proba(self, X) -> np.ndarray:
         """Class probabilities: the normalised Gaussian likelihood
         ``p(y=+1 | f) = σ(2f/σ²) = σ(4f)`` averaged over the Gaussian posterior of f*
-        (Gauss–Hermite quadrature); one-vs-rest scores renormalised to sum to one."""
+        (Gauss–Hermite quadrature); one-vs-rest scores renormalised to sum to one (in log
+        space, so that scores that all underflow still give a distribution)."""
         mean, std = self.decision_distribution(X)
         f = mean[..., None] + std[..., None] * _GH_X
-        p = expit(2.0 * f / NOISE_VARIANCE) @ _GH_W
-        if p.shape[1] == 1:
-            return np.column_stack([1.0 - p[:, 0], p[:, 0]])
-        return p / p.sum(axis=1, keepdims=True)
+        log_p = logsumexp(log_expit(2.0 * f / NOISE_VARIANCE), b=_GH_W, axis=-1)
+        return class_probabilities(log_p)
 
     def training_decision_values(self) -> xr.DataArray:
         """``f`` at the training points (the MAP, one chain × one draw)."""

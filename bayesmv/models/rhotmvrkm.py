@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import xarray as xr
 
 from bayesmv.builder import BuiltModel, ModelBuilder
@@ -99,7 +100,8 @@ class RhoTMVRKM(MultiViewClassifier):
         per view (None for linear views).
     evidence_ : dict
         The marginal-likelihood search: free parameters, -log evidence, iterations, seconds,
-        rows used.
+        rows used, and the parameters that ended on the search range's edge (``at_bounds``:
+        the evidence still rises beyond it, e.g. λ → 0 when the labels can be interpolated).
     idata_ : arviz.InferenceData
         ``posterior``: the model's decision values ``f = g + b`` at the training points
         (one draw for MAP, exact draws for Laplace), ``b`` and the hyper-parameters;
@@ -267,7 +269,7 @@ class RhoTMVRKM(MultiViewClassifier):
                                    self.rho).maximise()
         info = {"free": list(result.free), "neg_log_evidence": result.neg_log_evidence,
                 "n_iterations": result.n_iterations, "seconds": result.seconds,
-                "n_samples": result.n_samples}
+                "n_samples": result.n_samples, "at_bounds": list(result.at_bounds)}
         return result.gammas, result.lam, result.rho, info
 
     def _seed(self) -> int:
@@ -299,16 +301,12 @@ class RhoTMVRKM(MultiViewClassifier):
         idata = self._make_idata(f_train, b_train, fitted, fit_group, data, Y, classes)
         idata.posterior.attrs["fit_seconds"] = time.perf_counter() - start
         idata.posterior.attrs["selection_seconds"] = float(evidence.get("seconds", 0.0))
-        # fitted state only now: a failure above leaves a previous fit untouched
-        self.classes_ = classes
-        self.codes_ = codes
-        self.layout_ = ViewLayout(data.view_sizes, data.view_names)
-        self.standardizer_ = standardizer
-        self.rho_, self.lam_, self.gamma_, self.kernels_ = rho, lam, gammas, kernels
-        self.evidence_ = evidence
-        self.idata_ = idata
-        self.n_features_in_ = int(sum(data.view_sizes))
-        self._cache: dict[str, Any] = {}
+        # fitted state only now, in one step: a failure above leaves a previous fit untouched
+        self._commit(classes_=classes, codes_=codes,
+                     layout_=ViewLayout(data.view_sizes, data.view_names),
+                     standardizer_=standardizer, rho_=rho, lam_=lam, gamma_=gammas,
+                     kernels_=kernels, evidence_=evidence, idata_=idata,
+                     n_features_in_=int(sum(data.view_sizes)), _cache={})
         return self
 
     def _fit_exact(self, views, Y, fitted, rng):
@@ -488,3 +486,71 @@ class RhoTMVRKM(MultiViewClassifier):
         log_p = log_p - log_p.max(axis=1, keepdims=True)
         q = np.exp(log_p)
         return q / q.sum(axis=1, keepdims=True)
+
+    # ------------------------------------------------------------ diagnostics
+    def _decision_draws(self, X) -> np.ndarray:
+        """Draws of the Gaussian model's decision value ``h = g(x) + b`` at X:
+        (n_draws, n_samples, n_tasks).
+
+        ``inference="laplace"``: ``laplace_draws`` per-point marginal draws from the exact
+        Gaussian predictive ``N(mean_i, var_i)`` of each row (independent across rows, so
+        they are not joint draws of the function); ``"map"``: the posterior mean as one
+        draw.  This is the model's h, whose mean is not the paper's decision rule
+        (``decision_function``) for ϱ < 1 (see Notes).
+        """
+        self._check_fitted()
+        mean, var = self._model_predictive(self._test_views(X))
+        if self.inference != "laplace":
+            return mean[None]
+        rng = np.random.default_rng(np.random.SeedSequence([self._seed(), 3]))
+        z = rng.standard_normal((self.laplace_draws,) + mean.shape)
+        return mean + np.sqrt(np.maximum(var, 0.0))[:, None] * z
+
+    def _class_probability_draws(self, X) -> np.ndarray:
+        """Per draw of h (:meth:`_decision_draws`), the Gaussian likelihood normalised over
+        the targets, ``sigmoid(2τ²h/λ)``, combined over outputs as ``predict_proba`` does:
+        (n_draws, n_samples, n_classes).  Their mean approximates ``predict_proba`` (which
+        integrates h exactly); for a MAP fit it is ``predict_proba`` itself."""
+        h = self._decision_draws(X)
+        scale = 2.0 * self.tau_**2 / self.lam_
+        log_pos = -np.logaddexp(0.0, -scale * h)
+        if h.shape[2] == 1:
+            p = np.exp(log_pos)
+            return np.concatenate([1.0 - p, p], axis=2)
+        if self.multiclass == "ova":
+            log_p = log_pos
+        else:
+            log_neg = -np.logaddexp(0.0, scale * h)
+            log_p = log_pos @ (self.codes_.T > 0) + log_neg @ (self.codes_.T < 0)
+        q = np.exp(log_p - log_p.max(axis=2, keepdims=True))
+        return q / q.sum(axis=2, keepdims=True)
+
+    def view_relevance(self) -> pd.DataFrame:
+        """Per view: its kernel, width γ and ``γ·D_v``, and the weight ϱ of the tensor term.
+
+        On standardised views ``γ·D_v = 1`` is scikit-learn's ``gamma="scale"``; much smaller
+        values make the view's kernel nearly constant (the view hardly matters), much larger
+        ones make it a near-identity (the view only memorises).  ϱ is shared by all views:
+        each view's kernel enters the sum with weight ``1 - ϱ`` and the product of all
+        views with weight ϱ.
+        """
+        self._check_fitted()
+        gamma = np.array([np.nan if g is None else float(g) for g in self.gamma_])
+        sizes = np.asarray(self.layout_.view_sizes, dtype=float)
+        frame = pd.DataFrame({"kernel": list(self.kernels_), "gamma": gamma,
+                              "gamma_x_dim": gamma * sizes,
+                              "sum_weight": np.full(len(sizes), 1.0 - self.rho_),
+                              "rho": np.full(len(sizes), self.rho_)},
+                             index=pd.Index(self.layout_.view_names, name="view"))
+        frame.attrs.update({
+            "title": f"RhoTMVRKM: rho = {self.rho_:.3g} (0: sum of the view kernels, 1: their "
+                     f"tensor product), lambda = {self.lam_:.3g}",
+            "bars": ["gamma", "gamma_x_dim"],
+            "description": {
+                "gamma": "RBF width in exp(-gamma ||x - x'||^2) (NaN: linear kernel)",
+                "gamma_x_dim": "gamma times the view's width (1 = sklearn's 'scale' on "
+                               "standardised views)",
+                "sum_weight": "weight 1 - rho of the view's own kernel in the sum",
+                "rho": "weight of the product of all views' kernels",
+            }})
+        return frame
