@@ -22,7 +22,6 @@ from scipy import linalg
 from threadpoolctl import threadpool_limits
 
 from bayesmv.components.features import _component_logp_np, fourier_features
-from bayesmv.inference.spec import HybridSpec
 
 #: below this |a| the GIG(1/2, 1, a²) conditional of λ is its a → 0 limit Gamma(1/2, rate 1/2)
 _TINY_MARGIN = 1e-10
@@ -81,13 +80,17 @@ def draw_gaussian_from_precision(mean: np.ndarray, chol: np.ndarray,
     return mean + linalg.solve_triangular(chol.T, z, lower=False)
 
 
-class _HybridStep(BlockedStep):
-    """Common constructor: resolve value variables, keep the spec and a private RNG."""
+class GibbsBlockStep(BlockedStep):
+    """Base of the exact-conditional step methods run inside ``pm.sample``.
+
+    Keeps the value variables, the model's spec (``spec``, e.g. a :class:`HybridSpec`) and a
+    private RNG; single-threads BLAS in PyMC's per-chain worker processes.
+    """
 
     _state_class = StepMethodState
     default_blocked = True
 
-    def __init__(self, vars, spec: HybridSpec, model=None, rng=None, blocked: bool = True):
+    def __init__(self, vars, spec, model=None, rng=None, blocked: bool = True):
         self.vars = list(vars)
         self.spec = spec
         self.rng = get_random_generator(rng)
@@ -127,7 +130,7 @@ def collapsed_log_marginal(Phi: np.ndarray, targets: np.ndarray, lams: list, C: 
     return total, conditionals
 
 
-class BetaLambdaGibbs(_HybridStep):
+class BetaLambdaGibbs(GibbsBlockStep):
     """λ | f, then a joint rescaling of the frequencies with β integrated out, then β | λ, then
     v | β when v is learned.
 
@@ -220,7 +223,7 @@ def noise_conditional(resid, a_tau, b_tau) -> tuple[float, float]:
     return a_tau + 0.5 * resid.size, b_tau + 0.5 * float(np.sum(resid**2))
 
 
-class LatentVariableGibbs(_HybridStep):
+class LatentVariableGibbs(GibbsBlockStep):
     """U_v | ·, then (W_v, V_v) | U_v, then r_v | W_v, then τ_v | ·, for every view."""
 
     stats_dtypes_shapes = {"mean_tau": (float, [])}
@@ -281,7 +284,7 @@ def nig_conditional(Omega, z, K, kappa0, a0, b0):
     return n * xbar / kn, kn * np.ones((1, m)), an * np.ones((1, m)), bn
 
 
-class DPMixtureGibbs(_HybridStep):
+class DPMixtureGibbs(GibbsBlockStep):
     """Blocked Gibbs for the truncated DP mixture prior of the frequencies Ω.
 
     z_j | Ω, π, μ, σ² (categorical), then sticks | z (Beta), then (μ_k, σ²_k) | Ω, z

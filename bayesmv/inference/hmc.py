@@ -19,7 +19,7 @@ import numpy as np
 from scipy import linalg
 
 from bayesmv.components.latent import latent_gaussian
-from bayesmv.inference.gibbs import _HybridStep
+from bayesmv.inference.gibbs import GibbsBlockStep
 
 
 def hinge_terms(S: np.ndarray, beta: np.ndarray, Y: np.ndarray, C: float,
@@ -74,7 +74,7 @@ class DualAveraging:
         return float(np.exp(self.log_eps if tuning or self.t == 0 else self.log_eps_bar))
 
 
-class _HMCStep(_HybridStep):
+class _HMCStep(GibbsBlockStep):
     stats_dtypes_shapes = {"step_size": (float, []), "accept": (float, []),
                            "n_steps": (int, []), "diverging": (bool, [])}
     #: an energy error beyond this many nats counts as a divergent trajectory (as in PyMC)

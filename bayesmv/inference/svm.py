@@ -18,22 +18,23 @@ task per one-vs-rest column.  Its log posterior is ``-(½||θ||² + 2C Σ_n hing
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import arviz as az
 import numpy as np
-from pymc.step_methods.arraystep import BlockedStep
-from pymc.step_methods.compound import Competence, StepMethodState
-from pymc.util import get_random_generator
 from sklearn import config_context
 from sklearn.svm import SVC
 from threadpoolctl import threadpool_limits
 
 from bayesmv.builder import BuiltModel
 from bayesmv.components.landmarks import MissingBlocks
-from bayesmv.inference.gibbs import beta_conditional, draw_gaussian_from_precision, sample_lambda
+from bayesmv.inference.gibbs import (
+    GibbsBlockStep,
+    beta_conditional,
+    draw_gaussian_from_precision,
+    sample_lambda,
+)
 from bayesmv.inference.sample import sample_pymc
 
 #: above this many samples the N × N Gram matrix is not formed (memory); libsvm then
@@ -171,33 +172,15 @@ def draw_missing_blocks(blocks: Sequence[MissingBlocks], Phi1: np.ndarray, W: np
     return out
 
 
-class HingeGibbs(BlockedStep):
+class HingeGibbs(GibbsBlockStep):
     """One sweep of the augmented Gibbs sampler: λ | f, (θ, b) | λ per task, missing blocks.
 
     λ is drawn from its exact conditional at the start of each sweep and discarded at the
     end (it is not a model variable), so the step leaves the collapsed posterior invariant.
     """
 
-    _state_class = StepMethodState
-    default_blocked = True
     stats_dtypes_shapes = {"mean_lambda": (float, [])}
-
-    def __init__(self, vars, spec: HingeGibbsSpec, model=None, rng=None, blocked: bool = True):
-        self.vars = list(vars)
-        self.spec = spec
-        self.rng = get_random_generator(rng)
-        self._creator_pid = os.getpid()
-        self.tune = True
-
-    def reset_tuning(self):
-        self.tune = True
-        if os.getpid() != self._creator_pid:
-            # a PyMC worker process running one chain: single-threaded BLAS there too
-            threadpool_limits(limits=1, user_api="blas")
-
-    @staticmethod
-    def competence(var, has_grad):
-        return Competence.INCOMPATIBLE
+    spec: HingeGibbsSpec
 
     def step(self, point):
         s, rng = self.spec, self.rng
