@@ -264,7 +264,8 @@ class CPInteractionCombiner(Component):
 
     @classmethod
     def linearized_evaluate(cls, mode: Sequence[np.ndarray], draws: Sequence[np.ndarray],
-                            views: Sequence[np.ndarray | sp.csr_matrix]) -> np.ndarray:
+                            views: Sequence[np.ndarray | sp.csr_matrix],
+                            antithetic: bool = False) -> np.ndarray:
         """First-order (GLM) linearisation of ``ŷ`` at ``mode``, evaluated at factor draws.
 
         ``ŷ_lin(A_s) = ŷ(Â) + J(Â)(A_s − Â)`` (MacKay 1992; Immer, Korzepa & Bauer 2021): the
@@ -278,15 +279,21 @@ class CPInteractionCombiner(Component):
         mode : list of ndarray of shape (T, D_v + 1, k)
         draws : list of ndarray of shape (S, T, D_v + 1, k)
         views : list of ndarray or CSR matrix of shape (n, D_v)
+        antithetic : bool, default False
+            Also evaluate at each draw's reflection through the mode, ``2Â − A_s`` (for a
+            Gaussian centred at ``Â`` an equally likely draw): the S reflected values follow
+            the S direct ones, and their mean is exactly ``ŷ(Â)``.
 
         Returns
         -------
-        ndarray of shape (S, n, T)
+        ndarray of shape (S, n, T), or (2S, n, T) with ``antithetic``
         """
         P = cls.projections(views, mode)
         tangents = [np.asarray(D, dtype=float) - np.asarray(M, dtype=float)[None]
                     for D, M in zip(draws, mode, strict=True)]
-        return cp_decision(P)[None] + cp_jvp(views, leave_one_out_products(P), tangents)
+        f0 = cp_decision(P)[None]
+        step = cp_jvp(views, leave_one_out_products(P), tangents)
+        return np.concatenate([f0 + step, f0 - step]) if antithetic else f0 + step
 
     @classmethod
     def loglik_hessian_diagonal(cls, factors: Sequence[np.ndarray],

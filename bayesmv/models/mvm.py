@@ -373,12 +373,19 @@ class _MVMCore:
         factors = [np.asarray(fit[factor_name(v)].values) for v in range(V)]
         return [A[0] for A in factors] if factors[0].shape[0] == 1 else factors
 
+    def _is_laplace(self) -> bool:
+        return self.idata_.posterior.attrs.get("inference") == "laplace"
+
     def _posterior_factor_draws(self) -> tuple[list[np.ndarray], np.ndarray]:
-        """Thinned posterior draws: factors per view (S, T, D_v + 1, k) and the indices."""
+        """Thinned posterior draws: factors per view (S, T, D_v + 1, k) and the indices.
+
+        Laplace keeps half of ``max_predict_draws`` (rounded up): each is used with its
+        reflection through the mode (see :meth:`_predictive_f`).
+        """
         post = self.idata_.posterior
         total = post.sizes["chain"] * post.sizes["draw"]
-        keep = np.unique(np.linspace(0, total - 1, min(total, self.max_predict_draws))
-                         .round().astype(int))
+        limit = -(-self.max_predict_draws // 2) if self._is_laplace() else self.max_predict_draws
+        keep = np.unique(np.linspace(0, total - 1, min(total, limit)).round().astype(int))
         V = len(self.layout_.view_sizes)
         out = []
         for v in range(V):
@@ -396,17 +403,27 @@ class _MVMCore:
         """Decision values per retained posterior draw: (S, n, T).
 
         NUTS (and MAP, one draw): the model equation at each draw.  Laplace: the linearised
-        predictive ``ŷ(Â) + J(Â)(A_s − Â)`` at each Laplace draw ``A_s`` (see ``inference``).
+        predictive ``ŷ(Â) + J(Â)(A_s − Â)`` at each retained Laplace draw ``A_s`` and at its
+        reflection ``2Â − A_s`` (equally a draw of the symmetric Gaussian): antithetic pairs,
+        so the draws' mean is exactly ``ŷ(Â)``.  The linearised spread ``J Σ Jᵀ`` is often
+        much larger than ``|ŷ(Â)|`` (prior-dominated directions); with plain draws the
+        Monte-Carlo error of the average would then flip predictions, while with pairs
+        ``σ(ŷ + Jδ) + σ(ŷ − Jδ) > 1`` exactly when ``ŷ > 0``, as for the exact expectation.
         """
         data = self._prepare(X)
         views = LinearFeatures().transform(data)
         factors, _ = self._posterior_factor_draws()
-        if self.idata_.posterior.attrs.get("inference") == "laplace":
+        if self._is_laplace():
             return CPInteractionCombiner.linearized_evaluate(self._mode_factors(), factors,
-                                                             views)
+                                                             views, antithetic=True)
         S = factors[0].shape[0]
         return np.stack([CPInteractionCombiner.evaluate([A[s] for A in factors], views)
                          for s in range(S)])
+
+    def _decision_draws(self, X) -> np.ndarray:
+        """Decision values per retained posterior draw: (n_draws, n_samples, n_tasks)
+        (the diagnostics protocol; for Laplace the linearised draws and their reflections)."""
+        return self._predictive_f(X)
 
     def _hyper_draws(self, name: str) -> np.ndarray | None:
         post = self.idata_.posterior
@@ -525,8 +542,9 @@ class MVM(_MVMCore, MultiViewClassifier):
         sign and permutation symmetries).
     idata_ : arviz.InferenceData
         ``posterior`` (one draw for MAP; Laplace or NUTS draws) with ``A_v``, ``f`` (training
-        decision values; for Laplace the linearised ones) and any ``prior_rate``; ``fit`` (the point estimate; Laplace sds);
-        ``observed_data``.  ``posterior.attrs["inference"]`` is "map", "laplace" or "mcmc".
+        decision values; for Laplace the linearised ones) and any ``prior_rate``; ``fit``
+        (the point estimate; Laplace sds); ``observed_data``.
+        ``posterior.attrs["inference"]`` is "map", "laplace" or "mcmc".
     convergence_ : ConvergenceReport or None
         For NUTS: R-hat / ESS / divergences judged on ``f``.
 
@@ -687,10 +705,6 @@ class MVM(_MVMCore, MultiViewClassifier):
         """
         f = self._predictive_f(X).mean(axis=0)
         return f[:, 0] if f.shape[1] == 1 else f
-
-    def _decision_draws(self, X) -> np.ndarray:
-        """Decision values per retained posterior draw: (n_draws, n_samples, n_tasks)."""
-        return self._predictive_f(X)
 
     def _class_probability_draws(self, X) -> np.ndarray:
         """Class probabilities per retained draw: (n_draws, n_samples, n_classes)."""
