@@ -8,10 +8,12 @@ scikit-learn's conventions (parameters only in the constructor, everything compi
 :func:`sample_chains` spreads the chains of ONE fit over the cluster.  Chain i is a Dask task
 that runs the estimator's own ``fit`` with the sampler restricted to that chain
 (:func:`bayesmv.inference.sample.chain_plan`); the sampler gives chain i the same starting
-point and the same random streams as in a local run, so the draws are identical to
-``estimator.fit(X, y)`` with the same ``random_seed`` and ``chains``.  The chains are then
-concatenated along ``chain`` and handed back to ``fit`` on the client, which post-processes
-them exactly as its own draws (convergence report, point estimates, ...).
+point and the same random streams as in a local run, and the task runs with the client's BLAS
+thread count (Dask's nanny starts workers with one; a multi-threaded BLAS rounds differently), so
+the draws are identical to ``estimator.fit(X, y)`` with the same ``random_seed`` and
+``chains`` when the workers have the same software and kind of CPU as the client.  The chains
+are then concatenated along ``chain`` and handed back to ``fit`` on the client, which
+post-processes them exactly as its own draws (convergence report, point estimates, ...).
 
 Needs ``pip install 'bayesmv[dask]'``.
 """
@@ -19,14 +21,18 @@ Needs ``pip install 'bayesmv[dask]'``.
 from __future__ import annotations
 
 import numbers
+import os
 import time
 import uuid
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import arviz as az
 import numpy as np
 from sklearn.base import BaseEstimator, clone
+from threadpoolctl import ThreadpoolController
 
 from bayesmv.inference.sample import ChainsSampled, chain_plan
 
@@ -36,6 +42,47 @@ __all__ = ["sample_chains", "supports_chains"]
 _MCMC_INFERENCE = ("nuts", "gibbs", "mcmc")
 #: per-estimator attributes holding the time spent in the sampler
 _TIMING_ATTRS = ("sampling_seconds", "fit_seconds")
+#: read by BLAS libraries when they are loaded (PyTensor's BLAS loads during ``fit``)
+_BLAS_ENV = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS")
+
+
+def _blas_threads() -> int | None:
+    """This process's BLAS thread count (the largest over the loaded BLAS libraries)."""
+    counts = [lc.num_threads for lc in ThreadpoolController().select(user_api="blas")
+              .lib_controllers]
+    return max(counts) if counts else None
+
+
+@contextmanager
+def _blas_threads_as(n: int | None) -> Iterator[None]:
+    """Run with ``n`` BLAS threads, in the libraries loaded now and in those loaded inside.
+
+    A multi-threaded BLAS sums in another order than a single-threaded one, and MCMC turns
+    last-digit differences into different chains; Dask's nanny starts workers with one BLAS
+    thread, so a chain task takes the client's count to reproduce the client's local run.
+    """
+    if n is None:
+        yield
+        return
+    blas = ThreadpoolController().select(user_api="blas")
+    loaded = {lc.filepath for lc in blas.lib_controllers}
+    saved = {k: os.environ.get(k) for k in _BLAS_ENV}
+    os.environ.update({k: str(n) for k in _BLAS_ENV})
+    try:
+        with blas.limit(limits=n):
+            yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        before = saved["OPENBLAS_NUM_THREADS"] or saved["OMP_NUM_THREADS"]
+        if before is not None and before.isdigit():
+            # libraries loaded by this task keep the worker's own setting for later tasks
+            for lc in ThreadpoolController().select(user_api="blas").lib_controllers:
+                if lc.filepath not in loaded:
+                    lc.set_num_threads(int(before))
 
 
 def supports_chains(estimator: BaseEstimator) -> tuple[bool, str]:
@@ -60,7 +107,8 @@ def supports_chains(estimator: BaseEstimator) -> tuple[bool, str]:
     return True, ""
 
 
-def _sample_one_chain(estimator: BaseEstimator, X: Any, y: Any, chain: int) -> az.InferenceData:
+def _sample_one_chain(estimator: BaseEstimator, X: Any, y: Any, chain: int,
+                      blas_threads: int | None = None) -> az.InferenceData:
     """Dask task: chain ``chain`` of ``estimator.fit(X, y)``, raw draws only."""
     est = clone(estimator)
     start = time.perf_counter()
@@ -68,7 +116,7 @@ def _sample_one_chain(estimator: BaseEstimator, X: Any, y: Any, chain: int) -> a
         # one chain cannot be judged (R-hat); the merged fit is judged on the client
         warnings.simplefilter("ignore")
         try:
-            with chain_plan(chain_ids=[chain]):
+            with _blas_threads_as(blas_threads), chain_plan(chain_ids=[chain]):
                 est.fit(X, y)
         except ChainsSampled as done:
             idata = done.idata
@@ -137,8 +185,10 @@ def sample_chains(
     start = time.perf_counter()
     X_remote, y_remote = client.scatter([X, y], broadcast=True)
     token = uuid.uuid4().hex[:8]
-    futures = [client.submit(_sample_one_chain, est, X_remote, y_remote, i, pure=False,
-                             key=f"bayesmv-chain-{i}-{token}") for i in range(n_chains)]
+    threads = _blas_threads()
+    futures = [client.submit(_sample_one_chain, est, X_remote, y_remote, i, threads,
+                             pure=False, key=f"bayesmv-chain-{i}-{token}")
+               for i in range(n_chains)]
     try:
         parts = client.gather(futures)
     except BaseException:

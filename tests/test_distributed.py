@@ -130,18 +130,29 @@ def test_every_estimator_cross_validates_on_dask(client, digits, index):
 
 
 # -------------------------------------------------------------- chains as tasks
-@pytest.mark.parametrize("sampler", ["hybrid", "nuts"])
-def test_distributed_chains_equal_local_chains(client, toy, sampler):
+CHAIN_CASES = {
+    # NUTS on this toy posterior takes deep trees: a few draws keep the test short
+    "M3LAK-hybrid": lambda: M3LAK(sampler="hybrid", random_seed=3, **M3LAK_TINY),
+    "M3LAK-nuts": lambda: M3LAK(sampler="nuts", random_seed=3,
+                                **dict(M3LAK_TINY, draws=6, tune=6)),
+    "MVM-nuts": lambda: MVM(inference="nuts", rank=2, draws=30, tune=30, chains=2,
+                            random_seed=3),
+}
+
+
+@pytest.mark.parametrize("case", list(CHAIN_CASES))
+def test_distributed_chains_equal_local_chains(client, toy, case):
     X, y = toy
-    params = dict(M3LAK_TINY, sampler=sampler, random_seed=3,
-                  **({"draws": 15, "tune": 15} if sampler == "nuts" else {}))
-    local = M3LAK(**params).fit(X, y)            # two local processes, one per chain
-    remote = sample_chains(M3LAK(**params), X, y, client)
+    est = CHAIN_CASES[case]()
+    local = clone(est).fit(X, y)       # default cores: two local processes, one per chain
+    remote = sample_chains(est, X, y, client)
     a, b = remote.idata_.posterior, local.idata_.posterior
-    assert list(a.chain.values) == [0, 1] and a.sizes["draw"] == params["draws"]
+    assert list(a.chain.values) == [0, 1] and a.sizes["draw"] == est.draws
     assert set(a.data_vars) == set(b.data_vars)
     for name in b.data_vars:
         np.testing.assert_array_equal(a[name].values, b[name].values, err_msg=name)
+    # the chains differ from each other (distinct streams and starting points)
+    assert not np.array_equal(a["f"].values[0], a["f"].values[1])
     # the merged fit is post-processed exactly as a local one
     assert remote.convergence_.var_names == local.convergence_.var_names
     head = [v[:5] for v in X]
@@ -162,6 +173,25 @@ def test_mvlsvm_gibbs_chains_on_dask_and_a_drawn_seed(client, digits):
     for name in ("beta", "bias", "f"):
         np.testing.assert_array_equal(remote.idata_.posterior[name].values,
                                       local.idata_.posterior[name].values, err_msg=name)
+
+
+def _task_blas_threads(n):
+    from bayesmv.distributed import _blas_threads, _blas_threads_as
+    before = _blas_threads()
+    with _blas_threads_as(n):
+        inside = _blas_threads()
+    return before, inside, _blas_threads()
+
+
+def test_chain_tasks_use_the_clients_blas_threads(client):
+    """Multi-threaded BLAS sums in another order, and MCMC amplifies the last digits: a chain
+    task runs with the client's BLAS thread count (Dask's nanny gives workers one thread)
+    and gives the worker its own setting back afterwards."""
+    from bayesmv.distributed import _blas_threads
+    n = _blas_threads()
+    for before, inside, after in client.gather([client.submit(_task_blas_threads, n, pure=False)
+                                                for _ in range(2)]):
+        assert before == after == 1 and inside == n
 
 
 def test_a_chain_alone_is_that_chain_of_the_full_run(toy):
@@ -227,8 +257,8 @@ def _need(*modules):
 ])
 def test_jax_nuts_samples_the_closed_form_posterior(nuts_sampler):
     built = _LinearGaussian()
-    draws = 1500
-    idata = run_sampler(built, sampler="nuts", draws=draws, tune=500, chains=2, cores=1,
+    draws = 1000
+    idata = run_sampler(built, sampler="nuts", draws=draws, tune=300, chains=2, cores=1,
                         random_seed=4, trace_vars=["w"], progressbar=False,
                         nuts_sampler=nuts_sampler)
     w = idata.posterior["w"].values.reshape(-1, 3)
@@ -236,7 +266,7 @@ def test_jax_nuts_samples_the_closed_form_posterior(nuts_sampler):
     # Monte Carlo error of the mean is sd/sqrt(ESS); ESS ~ draws for this easy target
     np.testing.assert_allclose(w.mean(axis=0), mean, atol=5 * sd.max() / np.sqrt(draws))
     np.testing.assert_allclose(w.std(axis=0), sd, rtol=0.1)
-    again = run_sampler(built, sampler="nuts", draws=draws, tune=500, chains=2, cores=1,
+    again = run_sampler(built, sampler="nuts", draws=draws, tune=300, chains=2, cores=1,
                         random_seed=4, trace_vars=["w"], progressbar=False,
                         nuts_sampler=nuts_sampler)
     np.testing.assert_array_equal(again.posterior["w"].values, idata.posterior["w"].values)
@@ -246,15 +276,26 @@ def test_jax_nuts_samples_the_closed_form_posterior(nuts_sampler):
 def test_m3lak_fits_with_numpyro(toy):
     X, y = toy
     est = M3LAK(sampler="nuts", nuts_sampler="numpyro", random_seed=1,
-                **dict(M3LAK_TINY, draws=40, tune=40)).fit(X, y)
-    assert est.idata_.posterior["f"].shape == (2, 40, 40, 1)
+                **dict(M3LAK_TINY, draws=20, tune=20)).fit(X, y)
+    assert est.idata_.posterior["f"].shape == (2, 20, 40, 1)
     assert list(est.idata_.observed_data["y"].values) == list(y)
     assert est.score(X, y) > 0.7
 
 
+@_need("jax", "blackjax")
+def test_mvm_fits_with_a_jax_sampler(toy):
+    X, y = toy
+    est = MVM(rank=2, inference="nuts", nuts_sampler="blackjax", draws=30, tune=30, chains=2,
+              random_seed=1).fit(X, y)
+    assert est.idata_.posterior["f"].shape[:2] == (2, 30)
+    assert est.score(X, y) > 0.7
+
+
 def test_unknown_or_missing_nuts_sampler_is_reported():
-    with pytest.raises(ValueError, match="nuts_sampler must be one of"):
-        M3LAK(sampler="nuts", nuts_sampler="stan").fit([np.zeros((4, 2))], [0, 1, 0, 1])
+    for est in (M3LAK(sampler="nuts", nuts_sampler="stan"),
+                MVM(inference="nuts", nuts_sampler="stan")):
+        with pytest.raises(ValueError, match="nuts_sampler must be one of"):
+            est.fit([np.zeros((4, 2))], [0, 1, 0, 1])
     if importlib.util.find_spec("numpyro") is None:
         with pytest.raises(ImportError, match=r"bayesmv\[jax\]"):
             M3LAK(sampler="nuts", nuts_sampler="numpyro").fit([np.zeros((4, 2))], [0, 1, 0, 1])

@@ -56,7 +56,7 @@ from bayesmv.inference.optimize import (
     laplace_approximation,
     pareto_khat,
 )
-from bayesmv.inference.sample import nutpie_available, run_sampler
+from bayesmv.inference.sample import check_nuts_sampler, run_sampler
 from bayesmv.models.base import MultiViewClassifier, register
 
 _LOSSES = ("logistic", "hinge", "squared")
@@ -104,10 +104,8 @@ class _MVMCore:
         if self.laplace_curvature not in _CURVATURES:
             raise ValueError(f"laplace_curvature must be one of {_CURVATURES}, "
                              f"got {self.laplace_curvature!r}")
-        if self.nuts_sampler not in ("pymc", "nutpie"):
-            raise ValueError(f"nuts_sampler must be 'pymc' or 'nutpie', got {self.nuts_sampler!r}")
-        if self.inference == "nuts" and self.nuts_sampler == "nutpie" and not nutpie_available():
-            raise ImportError("nuts_sampler='nutpie' needs nutpie: pip install 'bayesmv[fast]'")
+        # unknown names always fail; a missing back-end only when NUTS will run
+        check_nuts_sampler(self.nuts_sampler, require_installed=self.inference == "nuts")
         if self.cores is not None:
             _check_positive("cores", self.cores, integer=True)
         if self.random_seed is not None and (not isinstance(self.random_seed, numbers.Integral)
@@ -520,7 +518,11 @@ class MVM(_MVMCore, MultiViewClassifier):
         chosen by "auto" up to 2000 parameters) or its exact diagonal ("diagonal": the model
         is multilinear, so the diagonal is a closed form at O(k·nnz) cost; cross-parameter
         correlations, e.g. between views' factors, are dropped).
-    nuts_sampler : {"pymc", "nutpie"}, default "pymc"
+    nuts_sampler : {"pymc", "nutpie", "numpyro", "blackjax"}, default "pymc"
+        NUTS implementation for ``inference="nuts"``: PyMC's own, nutpie
+        (``pip install 'bayesmv[fast]'``) or PyMC's JAX back-ends (``'bayesmv[jax]'``; on a
+        GPU when JAX has one).  Only "pymc" can run single chains on Dask workers
+        (:func:`bayesmv.distributed.sample_chains`).
     target_accept : float, default 0.9
     cores : int or None
         Processes for NUTS chains (default: one per chain up to the CPU count).
