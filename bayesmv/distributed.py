@@ -20,6 +20,8 @@ Needs ``pip install 'bayesmv[dask]'``.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import numbers
 import os
 import time
@@ -36,7 +38,7 @@ from threadpoolctl import ThreadpoolController
 
 from bayesmv.inference.sample import ChainsSampled, chain_plan
 
-__all__ = ["sample_chains", "supports_chains"]
+__all__ = ["relax_malloc_trimming", "sample_chains", "supports_chains"]
 
 #: values of an ``inference`` parameter that mean MCMC
 _MCMC_INFERENCE = ("nuts", "gibbs", "mcmc")
@@ -107,6 +109,55 @@ def supports_chains(estimator: BaseEstimator) -> tuple[bool, str]:
     return True, ""
 
 
+# glibc's mallopt parameters (malloc.h)
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+#: glibc's static defaults, which apply once any MALLOC_*_ variable is set
+_GLIBC_TRIM_DEFAULT = _GLIBC_MMAP_DEFAULT = 128 * 1024
+
+
+def _mallopt(param: int, value: int) -> bool:
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return bool(libc.mallopt(param, value))
+    except (OSError, AttributeError):  # not glibc (macOS, Windows, musl): nothing to relax
+        return False
+
+
+def relax_malloc_trimming(mmap_threshold: int = 32 * 2**20) -> bool:
+    """Let glibc keep freed memory in this process, as it does by default; for Dask workers.
+
+    Dask's nanny starts workers with ``MALLOC_TRIM_THRESHOLD_=65536`` (memory goes back to the
+    OS quickly).  Setting that variable also freezes glibc's mmap threshold at 128 KiB, so
+    every NumPy array above 128 KiB is a fresh ``mmap`` with page faults on first touch: the
+    samplers' many mid-sized temporaries made a chain 1.7-1.9× slower on a worker than in a
+    plain process (measured, ``benchmarks/distributed.py``).  Run it on the workers once,
+    ``client.run(relax_malloc_trimming)``, before a grid search; :func:`sample_chains` does it
+    for the duration of each chain task by itself.  Returns False where the C library is not
+    glibc (nothing to do).
+    """
+    return (_mallopt(_M_MMAP_THRESHOLD, int(mmap_threshold))
+            and _mallopt(_M_TRIM_THRESHOLD, 2 * int(mmap_threshold)))
+
+
+@contextmanager
+def _relaxed_malloc() -> Iterator[None]:
+    """:func:`relax_malloc_trimming` for a block; the worker's own setting afterwards."""
+    fixed = any(k in os.environ for k in ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_",
+                                          "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_"))
+    if not fixed or not relax_malloc_trimming():
+        yield  # glibc's dynamic thresholds already apply (or not glibc)
+        return
+    try:
+        yield
+    finally:
+        def env(name: str, default: int) -> int:
+            value = os.environ.get(name, "")
+            return int(value) if value.isdigit() else default
+
+        _mallopt(_M_MMAP_THRESHOLD, env("MALLOC_MMAP_THRESHOLD_", _GLIBC_MMAP_DEFAULT))
+        _mallopt(_M_TRIM_THRESHOLD, env("MALLOC_TRIM_THRESHOLD_", _GLIBC_TRIM_DEFAULT))
+
+
 def _sample_one_chain(estimator: BaseEstimator, X: Any, y: Any, chain: int,
                       blas_threads: int | None = None) -> az.InferenceData:
     """Dask task: chain ``chain`` of ``estimator.fit(X, y)``, raw draws only."""
@@ -116,7 +167,8 @@ def _sample_one_chain(estimator: BaseEstimator, X: Any, y: Any, chain: int,
         # one chain cannot be judged (R-hat); the merged fit is judged on the client
         warnings.simplefilter("ignore")
         try:
-            with _blas_threads_as(blas_threads), chain_plan(chain_ids=[chain]):
+            with (_blas_threads_as(blas_threads), _relaxed_malloc(),
+                  chain_plan(chain_ids=[chain])):
                 est.fit(X, y)
         except ChainsSampled as done:
             idata = done.idata

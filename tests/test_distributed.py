@@ -3,7 +3,10 @@ selection under joblib's Dask back-end), MCMC chains run as Dask tasks reproduce
 chains draw for draw, and the JAX NUTS back-ends sample a posterior known in closed form."""
 
 import importlib.util
+import os
 import pickle
+import platform
+import sys
 import warnings
 
 import joblib
@@ -192,6 +195,40 @@ def test_chain_tasks_use_the_clients_blas_threads(client):
     for before, inside, after in client.gather([client.submit(_task_blas_threads, n, pure=False)
                                                 for _ in range(2)]):
         assert before == after == 1 and inside == n
+
+
+def _page_faults_of_array_churn(relax: bool) -> int:
+    import resource
+
+    from bayesmv.distributed import _relaxed_malloc
+
+    def churn() -> int:
+        start = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        for _ in range(200):
+            a = np.ones(64 * 1024)  # 512 KiB: above glibc's frozen 128 KiB mmap threshold
+            del a
+        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - start
+
+    if not relax:
+        return churn()
+    with _relaxed_malloc():
+        return churn()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc",
+                    reason="the allocator setting is glibc's (Linux); elsewhere it does nothing")
+def test_chain_tasks_undo_the_workers_malloc_trimming(client):
+    """Dask's nanny sets MALLOC_TRIM_THRESHOLD_, which freezes glibc's mmap threshold at
+    128 KiB: every mid-sized array is a fresh mmap that page-faults on first touch (a chain
+    ran 1.7× slower on a worker).  Inside a chain task the array churn stops faulting, and
+    the worker's own setting is back afterwards."""
+    if not all(client.run(lambda: os.environ.get("MALLOC_TRIM_THRESHOLD_")).values()):
+        pytest.skip("this Dask no longer starts workers with MALLOC_TRIM_THRESHOLD_")
+    plain, relaxed, again = (client.submit(_page_faults_of_array_churn, r, pure=False).result()
+                             for r in (False, True, False))
+    assert plain > 200 * 100      # 128 pages of 4 KiB per array, every time
+    assert relaxed < plain / 20
+    assert again > 200 * 100
 
 
 def test_a_chain_alone_is_that_chain_of_the_full_run(toy):
