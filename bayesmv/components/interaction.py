@@ -27,7 +27,6 @@ distinguishes) leave ``ŷ`` unchanged.  Judge MCMC on ``f``, never on the factor
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Sequence
 
 import numpy as np
@@ -37,6 +36,7 @@ import scipy.sparse as sp
 
 from bayesmv.components.base import BuildContext, Component
 from bayesmv.components.linear import LinearViews, project_np
+from bayesmv.params import check_positive
 
 PRIORS = ("normal", "laplace")
 
@@ -135,16 +135,11 @@ class CPInteractionCombiner(Component):
     # ------------------------------------------------------------------ checks
     def validate(self) -> None:
         """Raise ValueError naming the first bad hyper-parameter."""
-        if (not isinstance(self.rank, numbers.Integral) or isinstance(self.rank, bool)
-                or self.rank < 1):
-            raise ValueError(f"rank must be a positive integer, got {self.rank!r}")
+        check_positive("rank", self.rank, integer=True)
         if self.prior not in PRIORS:
             raise ValueError(f"prior must be 'normal' or 'laplace', got {self.prior!r}")
         for name in ("prior_scale", "init_scale"):
-            value = getattr(self, name)
-            if (not isinstance(value, numbers.Real) or isinstance(value, bool)
-                    or not np.isfinite(value) or value <= 0):
-                raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+            check_positive(name, getattr(self, name))
         if self.scale_prior is not None:
             try:
                 a, b = (float(x) for x in self.scale_prior)

@@ -31,26 +31,30 @@ def augmented_log_density(lam: np.ndarray, f: np.ndarray, y: np.ndarray, C: floa
     return -0.5 * np.log(2 * np.pi * lam) - (lam + a) ** 2 / (2.0 * lam)
 
 
+def _hinge_log_odds(f: np.ndarray, C: float) -> np.ndarray:
+    """``log ℓ(+1|f) - log ℓ(-1|f)`` of the hinge pseudo-likelihood.
+
+    ``2C(1 ± f)`` may overflow to ∓inf; at most one of the two terms is nonzero outside
+    ``|f| < 1``, so ``inf - inf`` cannot arise and the (log) sigmoid of ±inf is exact.
+    """
+    with np.errstate(over="ignore"):
+        return (hinge_log_pseudolikelihood(f, 1.0, C)
+                - hinge_log_pseudolikelihood(f, -1.0, C))
+
+
 def hinge_probability(f: np.ndarray, C: float) -> np.ndarray:
     """``p(y = +1 | f)`` from the normalised pseudo-likelihood (Sollich 2002).
 
     ``ℓ(+1|f) / (ℓ(+1|f) + ℓ(-1|f)) = sigmoid(log ℓ(+1|f) - log ℓ(-1|f))``, evaluated by
     ``expit`` so that large ``|f|`` or ``C`` give exactly 0 or 1 without overflow warnings.
     """
-    # 2C(1 ± f) may overflow to ∓inf, whose sigmoid (0 or 1) is right; at most one of the two
-    # terms is nonzero outside |f| < 1, so inf - inf cannot arise
-    with np.errstate(over="ignore"):
-        log_pos = hinge_log_pseudolikelihood(f, 1.0, C)
-        log_neg = hinge_log_pseudolikelihood(f, -1.0, C)
-        return expit(log_pos - log_neg)
+    return expit(_hinge_log_odds(f, C))
 
 
 def log_hinge_probability(f: np.ndarray, C: float) -> np.ndarray:
     """``log p(y = +1 | f)`` of :func:`hinge_probability`, finite where the probability
     underflows to 0."""
-    with np.errstate(over="ignore"):
-        return log_expit(hinge_log_pseudolikelihood(f, 1.0, C)
-                         - hinge_log_pseudolikelihood(f, -1.0, C))
+    return log_expit(_hinge_log_odds(f, C))
 
 
 def class_probabilities(log_p: np.ndarray, axis: int | None = None) -> np.ndarray:

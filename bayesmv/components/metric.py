@@ -23,8 +23,6 @@ in :mod:`bayesmv.inference.metric` optimise exactly this density (the tests comp
 
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
@@ -37,6 +35,7 @@ from bayesmv.inference.metric import (
     initial_metric,
     psd_factor,
 )
+from bayesmv.params import check_positive
 
 __all__ = ["BlockMetricCombiner"]
 
@@ -72,10 +71,7 @@ class BlockMetricCombiner(Component):
     def check_params(self) -> None:
         """Raise ValueError naming the first invalid parameter."""
         for name in ("lmbda", "eta"):
-            value = getattr(self, name)
-            if (isinstance(value, bool) or not isinstance(value, numbers.Real)
-                    or not np.isfinite(value) or value <= 0):
-                raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+            check_positive(name, getattr(self, name))
         if self.learn_A not in LEARN_A:
             raise ValueError(f"learn_A must be one of {LEARN_A}, got {self.learn_A!r}")
         if self.objective not in OBJECTIVES:

@@ -31,6 +31,7 @@ from bayesmv.data import (
     check_views,
 )
 from bayesmv.diagnostics.convergence import inference_kind
+from bayesmv.params import check_random_seed
 
 #: attribute of ``idata.posterior`` holding the JSON description of a fitted estimator
 MODEL_ATTR = "bayesmv_model"
@@ -68,16 +69,6 @@ def _json_default(value: Any) -> Any:
         return value.tolist()
     raise TypeError(f"parameter value {value!r} of type {type(value).__name__} cannot be "
                     "saved as JSON")
-
-
-def check_random_seed(value: Any, name: str = "random_seed") -> None:
-    """Raise ValueError unless ``value`` is None or a non-negative integer (a seed that
-    :class:`numpy.random.SeedSequence` accepts)."""
-    if value is None:
-        return
-    if (isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Integral)
-            or value < 0):
-        raise ValueError(f"{name} must be None or a non-negative integer, got {value!r}")
 
 
 def _labels_from_json(d: dict[str, Any]) -> np.ndarray:

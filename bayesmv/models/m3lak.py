@@ -24,6 +24,7 @@ from bayesmv.data import ViewLayout, ViewStandardizer, label_tasks
 from bayesmv.diagnostics.convergence import check_convergence, warn_if_not_converged
 from bayesmv.inference.sample import check_nuts_sampler, run_sampler
 from bayesmv.models.base import MultiViewClassifier, register
+from bayesmv.params import check_positive
 
 _POSITIVE = ("C", "eta", "alpha", "a_r", "b_r", "a_tau", "b_tau", "v", "bandwidth",
              "target_accept")
@@ -166,14 +167,9 @@ class M3LAK(MultiViewClassifier):
     # --------------------------------------------------------------- checks
     def _validate_params(self) -> None:
         for name in _POSITIVE:
-            value = getattr(self, name)
-            if (not isinstance(value, numbers.Real) or isinstance(value, bool)
-                    or not np.isfinite(value) or value <= 0):
-                raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+            check_positive(name, getattr(self, name))
         for name in _POSITIVE_INT:
-            value = getattr(self, name)
-            if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            check_positive(name, getattr(self, name), integer=True)
         if not isinstance(self.tune, numbers.Integral) or self.tune < 0:
             raise ValueError(f"tune must be a non-negative integer, got {self.tune!r}")
         if not 0 < self.target_accept < 1:
@@ -186,9 +182,7 @@ class M3LAK(MultiViewClassifier):
         if self.spectral == "dp_mixture" and (not isinstance(self.n_components, numbers.Integral)
                                               or self.n_components < 2):
             raise ValueError(f"n_components must be an integer >= 2, got {self.n_components!r}")
-        if self.cores is not None and (not isinstance(self.cores, numbers.Integral)
-                                       or isinstance(self.cores, bool) or self.cores < 1):
-            raise ValueError(f"cores must be None or a positive integer, got {self.cores!r}")
+        check_positive("cores", self.cores, integer=True, allow_none=True)
         if self.v_prior is not None:
             try:
                 a_v, b_v = (float(x) for x in self.v_prior)

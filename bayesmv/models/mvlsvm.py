@@ -21,6 +21,7 @@ from bayesmv.data import MultiViewData, ViewLayout, ViewStandardizer, label_task
 from bayesmv.diagnostics.convergence import check_convergence, warn_if_not_converged
 from bayesmv.inference.svm import fit_svm_map, run_hinge_gibbs
 from bayesmv.models.base import MultiViewClassifier, register
+from bayesmv.params import check_positive
 
 _POSITIVE_INT = ("n_landmarks", "draws", "chains")
 #: Gauss–Hermite nodes for E[p(y | f)] over f ~ N(m, s²) (unknown similarity blocks)
@@ -152,20 +153,13 @@ class MVLSVM(MultiViewClassifier):
     # --------------------------------------------------------------- checks
     def _validate_params(self) -> None:
         for name in ("C", "tol"):
-            value = getattr(self, name)
-            if (not isinstance(value, numbers.Real) or isinstance(value, bool)
-                    or not np.isfinite(value) or value <= 0):
-                raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+            check_positive(name, getattr(self, name))
         for name in _POSITIVE_INT:
-            value = getattr(self, name)
-            if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            check_positive(name, getattr(self, name), integer=True)
         if not isinstance(self.tune, numbers.Integral) or isinstance(self.tune, bool) \
                 or self.tune < 0:
             raise ValueError(f"tune must be a non-negative integer, got {self.tune!r}")
-        if self.cores is not None and (not isinstance(self.cores, numbers.Integral)
-                                       or self.cores < 1):
-            raise ValueError(f"cores must be None or a positive integer, got {self.cores!r}")
+        check_positive("cores", self.cores, integer=True, allow_none=True)
         if self.inference not in ("map", "gibbs"):
             raise ValueError(f"inference must be 'map' or 'gibbs', got {self.inference!r}")
         if self.impute not in IMPUTE_OPTIONS:

@@ -58,6 +58,7 @@ from bayesmv.inference.optimize import (
 )
 from bayesmv.inference.sample import check_nuts_sampler, run_sampler
 from bayesmv.models.base import MultiViewClassifier, register
+from bayesmv.params import check_positive, check_random_seed
 
 _LOSSES = ("logistic", "hinge", "squared")
 _INFERENCE = ("map", "laplace", "nuts")
@@ -69,14 +70,6 @@ _NOTE = ("Judged on the decision values f at the training points (the probe poin
          "rank components, rescalings across views) and are not judged.")
 
 
-def _check_positive(name: str, value: Any, integer: bool = False) -> None:
-    if integer:
-        if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        return
-    if (not isinstance(value, numbers.Real) or isinstance(value, bool)
-            or not np.isfinite(value) or value <= 0):
-        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
 
 
 class _MVMCore:
@@ -94,11 +87,11 @@ class _MVMCore:
             raise ValueError(f"inference must be one of {_INFERENCE}, got {self.inference!r}")
         self._combiner().validate()
         for name in ("draws", "chains", "max_iter", "max_predict_draws", "n_init"):
-            _check_positive(name, getattr(self, name), integer=True)
+            check_positive(name, getattr(self, name), integer=True)
         if (not isinstance(self.tune, numbers.Integral) or isinstance(self.tune, bool)
                 or self.tune < 0):
             raise ValueError(f"tune must be a non-negative integer, got {self.tune!r}")
-        _check_positive("tol", self.tol)
+        check_positive("tol", self.tol)
         if not (isinstance(self.target_accept, numbers.Real) and 0 < self.target_accept < 1):
             raise ValueError(f"target_accept must lie in (0, 1), got {self.target_accept!r}")
         if self.laplace_curvature not in _CURVATURES:
@@ -107,12 +100,8 @@ class _MVMCore:
         # unknown names always fail; a missing back-end only when NUTS will run
         check_nuts_sampler(self.nuts_sampler, require_installed=self.inference == "nuts")
         if self.cores is not None:
-            _check_positive("cores", self.cores, integer=True)
-        if self.random_seed is not None and (not isinstance(self.random_seed, numbers.Integral)
-                                             or isinstance(self.random_seed, bool)
-                                             or self.random_seed < 0):
-            raise ValueError(f"random_seed must be None or a non-negative integer, "
-                             f"got {self.random_seed!r}")
+            check_positive("cores", self.cores, integer=True)
+        check_random_seed(self.random_seed)
         if self.inference == "laplace" and loss == "hinge":
             raise ValueError("inference='laplace' needs a twice-differentiable likelihood; the "
                              "hinge pseudo-likelihood is piecewise linear (no curvature): use "
@@ -613,7 +602,7 @@ class MVM(_MVMCore, MultiViewClassifier):
     def _validate_params(self) -> None:
         super()._validate_params()
         if self.loss == "hinge":
-            _check_positive("C", self.C)
+            check_positive("C", self.C)
 
     def _likelihood(self):
         if self.loss == "logistic":
@@ -825,8 +814,8 @@ class MVMRegressor(_MVMCore, RegressorMixin, BaseEstimator):
     def _validate_params(self) -> None:
         super()._validate_params()
         if self.sigma is not None:
-            _check_positive("sigma", self.sigma)
-        _check_positive("sigma_prior_scale", self.sigma_prior_scale)
+            check_positive("sigma", self.sigma)
+        check_positive("sigma_prior_scale", self.sigma_prior_scale)
 
     def _likelihood(self):
         return GaussianLikelihood(sigma=self.sigma, sigma_prior_scale=self.sigma_prior_scale)

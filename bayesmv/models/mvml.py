@@ -26,6 +26,7 @@ from bayesmv.components.nystrom import (
 from bayesmv.data import MultiViewData, ViewLayout, ViewStandardizer, label_tasks
 from bayesmv.inference.metric import MetricProblem, block_norms, fit_metric
 from bayesmv.models.base import MultiViewClassifier, register
+from bayesmv.params import check_random_seed
 
 __all__ = ["MVML"]
 
@@ -207,9 +208,7 @@ class MVML(MultiViewClassifier):
         if (isinstance(self.tol, bool) or not isinstance(self.tol, numbers.Real)
                 or not np.isfinite(self.tol) or self.tol < 0):
             raise ValueError(f"tol must be a non-negative finite number, got {self.tol!r}")
-        if self.random_seed is not None and (isinstance(self.random_seed, bool) or not
-                                             isinstance(self.random_seed, numbers.Integral)):
-            raise ValueError(f"random_seed must be an integer or None, got {self.random_seed!r}")
+        check_random_seed(self.random_seed)
         if n_views is not None:
             self._nystrom().check_params(n_views)
 

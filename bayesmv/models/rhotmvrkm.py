@@ -33,6 +33,7 @@ from bayesmv.inference.evidence import (
     tau_of,
 )
 from bayesmv.models.base import MultiViewClassifier, register
+from bayesmv.params import check_positive
 
 
 def output_codes(n_classes: int, multiclass: str) -> np.ndarray:
@@ -152,20 +153,12 @@ class RhoTMVRKM(MultiViewClassifier):
 
     # --------------------------------------------------------------- checks
     def _validate_params(self) -> None:
-        def positive(name, value, allow_none=False):
-            if value is None and allow_none:
-                return
-            if (isinstance(value, bool) or not isinstance(value, numbers.Real)
-                    or not np.isfinite(value) or value <= 0):
-                raise ValueError(f"{name} must be a positive finite number"
-                                 + (" or None" if allow_none else "") + f", got {value!r}")
-
         if self.rho is not None and (isinstance(self.rho, bool)
                                      or not isinstance(self.rho, numbers.Real)
                                      or not 0.0 <= self.rho <= 1.0):
             raise ValueError(f"rho must lie in [0, 1] or be None, got {self.rho!r}")
-        positive("lam", self.lam, allow_none=True)
-        positive("eta", self.eta)
+        check_positive("lam", self.lam, allow_none=True)
+        check_positive("eta", self.eta)
         for name, value, options in (("decision_rule", self.decision_rule, ("add", "mean")),
                                      ("inference", self.inference, ("map", "laplace")),
                                      ("multiclass", self.multiclass, ("ova", "moc"))):
@@ -173,9 +166,7 @@ class RhoTMVRKM(MultiViewClassifier):
                 raise ValueError(f"{name} must be one of {options}, got {value!r}")
         for name in ("laplace_draws", "ml_max_samples") + (
                 ("n_features",) if self.n_features is not None else ()):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            check_positive(name, getattr(self, name), integer=True)
         if self.ml_max_samples < 10:
             raise ValueError(f"ml_max_samples must be at least 10, got {self.ml_max_samples}")
 
