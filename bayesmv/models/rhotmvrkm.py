@@ -18,11 +18,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import xarray as xr
+from scipy.special import log_expit
 
 from bayesmv.builder import BuiltModel, ModelBuilder
 from bayesmv.components.base import Identity
 from bayesmv.components.kernels import KERNELS, ViewKernels, ViewRandomFeatures
-from bayesmv.components.likelihoods import GaussianLikelihood, log_expected_sigmoid
+from bayesmv.components.likelihoods import (
+    GaussianLikelihood,
+    class_probabilities,
+    log_expected_sigmoid,
+)
 from bayesmv.components.tensor import RhoTensorCombiner, feature_design
 from bayesmv.data import MultiViewData, ViewLayout, ViewStandardizer, label_tasks
 from bayesmv.inference.conjugate import FeaturePosterior, KernelPosterior
@@ -297,7 +302,8 @@ class RhoTMVRKM(MultiViewClassifier):
                      layout_=ViewLayout(data.view_sizes, data.view_names),
                      standardizer_=standardizer, rho_=rho, lam_=lam, gamma_=gammas,
                      kernels_=kernels, evidence_=evidence, idata_=idata,
-                     n_features_in_=int(sum(data.view_sizes)), _cache={})
+                     n_features_in_=int(sum(data.view_sizes)),
+                     _cache={"posterior": fitted["posterior"]} if "posterior" in fitted else {})
         return self
 
     def _fit_exact(self, views, Y, fitted, rng):
@@ -306,6 +312,7 @@ class RhoTMVRKM(MultiViewClassifier):
         K = combine_kernels(feature_map.grams(views, fitted["gammas"]), rho) / (self.eta * tau**2)
         noise = lam / tau**2
         post = KernelPosterior.fit(K, Y, noise, what="the combined kernel matrix plus λ")
+        fitted["posterior"] = post  # predictions reuse this factorisation
         if self.inference == "laplace":
             g, b = post.draws(K, Y, noise, self.laplace_draws, rng)
             f_train = g + b[:, None, :]
@@ -409,7 +416,8 @@ class RhoTMVRKM(MultiViewClassifier):
         return ((1.0 - rho) * sums + rho * joint @ fit["u_product"].values) / self.eta + bias
 
     def _kernel_posterior(self) -> KernelPosterior:
-        """The training system's factorisation (recomputed once after loading)."""
+        """The training system's factorisation (kept from ``fit``; recomputed once after
+        loading)."""
         if "posterior" not in self._cache:
             views = self._train_views()
             grams = ViewKernels(self.kernels_, self.gamma_).grams(views, self.gamma_)
@@ -465,18 +473,17 @@ class RhoTMVRKM(MultiViewClassifier):
         self._check_fitted()
         mean, var = self._model_predictive(self._test_views(X))
         scale = 2.0 * self.tau_**2 / self.lam_
-        log_pos = log_expected_sigmoid(mean, var[:, None], scale)
-        if mean.shape[1] == 1:
-            p = np.exp(log_pos[:, 0])
-            return np.column_stack([1.0 - p, p])
-        if self.multiclass == "ova":
-            log_p = log_pos
-        else:  # output codes: p(class) ∝ Π_l p_l(bit_l) over the classes' codewords
-            log_neg = log_expected_sigmoid(-mean, var[:, None], scale)
-            log_p = log_pos @ (self.codes_.T > 0) + log_neg @ (self.codes_.T < 0)
-        log_p = log_p - log_p.max(axis=1, keepdims=True)
-        q = np.exp(log_p)
-        return q / q.sum(axis=1, keepdims=True)
+        return self._combine_outputs(
+            lambda sign: log_expected_sigmoid(sign * mean, var[:, None], scale))
+
+    def _combine_outputs(self, log_prob) -> np.ndarray:
+        """Class probabilities from the outputs' ``log_prob(±1)`` = log p(bit = ±1), shape
+        (..., n_outputs): one-vs-all scores normalised, or output codes, where
+        p(class) ∝ Π_l p_l(bit_l) over the class's codeword."""
+        log_p = log_prob(1.0)
+        if log_p.shape[-1] > 1 and self.multiclass == "moc":
+            log_p = log_p @ (self.codes_.T > 0) + log_prob(-1.0) @ (self.codes_.T < 0)
+        return class_probabilities(log_p)
 
     # ------------------------------------------------------------ diagnostics
     def _decision_draws(self, X) -> np.ndarray:
@@ -504,17 +511,7 @@ class RhoTMVRKM(MultiViewClassifier):
         integrates h exactly); for a MAP fit it is ``predict_proba`` itself."""
         h = self._decision_draws(X)
         scale = 2.0 * self.tau_**2 / self.lam_
-        log_pos = -np.logaddexp(0.0, -scale * h)
-        if h.shape[2] == 1:
-            p = np.exp(log_pos)
-            return np.concatenate([1.0 - p, p], axis=2)
-        if self.multiclass == "ova":
-            log_p = log_pos
-        else:
-            log_neg = -np.logaddexp(0.0, scale * h)
-            log_p = log_pos @ (self.codes_.T > 0) + log_neg @ (self.codes_.T < 0)
-        q = np.exp(log_p - log_p.max(axis=2, keepdims=True))
-        return q / q.sum(axis=2, keepdims=True)
+        return self._combine_outputs(lambda sign: log_expit(sign * scale * h))
 
     def view_relevance(self) -> pd.DataFrame:
         """Per view: its kernel, width γ and ``γ·D_v``, and the weight ϱ of the tensor term.
