@@ -139,6 +139,3 @@ class LinearFeatures(Component):
         ctx.sizes["n_linear_views"] = len(views)
         return LinearViews(tensors, tuple(sizes), tuple(sp.issparse(X) for X in views))
 
-    def evaluate(self, data: MultiViewData) -> list[ViewMatrix]:
-        """NumPy counterpart of :meth:`build` for prediction (same as :meth:`transform`)."""
-        return self.transform(data)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import arviz as az
 import numpy as np
@@ -54,8 +54,9 @@ class FlatLogp:
                        for n, a, b in zip(self.names, bounds[:-1], bounds[1:], strict=True)}
         self.size = int(bounds[-1])
         logp = model.logp(jacobian=jacobian)
-        grads = pt.grad(logp, self.value_vars)
-        self._fn = model.compile_fn([logp, *grads], inputs=self.value_vars, point_fn=False)
+        self._grads = pt.grad(logp, self.value_vars)  # kept for the Hessian-vector product
+        self._fn = model.compile_fn([logp, *self._grads], inputs=self.value_vars,
+                                    point_fn=False)
         self._hvp_fn: Callable | None = None
         self.n_evals = 0
 
@@ -86,10 +87,8 @@ class FlatLogp:
     def hvp(self, x: np.ndarray, v: np.ndarray) -> np.ndarray:
         """Exact Hessian-vector product ``∇² log p(x) · v`` (double back-propagation)."""
         if self._hvp_fn is None:
-            logp = self.model.logp(jacobian=self.jacobian)
-            grads = pt.grad(logp, self.value_vars)
             dirs = [var.type() for var in self.value_vars]
-            inner = pt.sum([pt.sum(g * d) for g, d in zip(grads, dirs, strict=True)])
+            inner = pt.sum([pt.sum(g * d) for g, d in zip(self._grads, dirs, strict=True)])
             hv = pt.grad(inner, self.value_vars)
             self._hvp_fn = self.model.compile_fn(hv, inputs=self.value_vars + dirs,
                                                  point_fn=False)
@@ -126,7 +125,6 @@ class MapResult:
     success: bool
     message: str
     hit_max_iter: bool = False
-    history: list[float] = field(default_factory=list)
 
 
 def find_map(flat: FlatLogp, x0: np.ndarray, *, l1: L1Penalty | None = None,
@@ -171,7 +169,6 @@ def find_map(flat: FlatLogp, x0: np.ndarray, *, l1: L1Penalty | None = None,
     # position of each L1 slice inside `pen`
     offsets = np.full(flat.size, -1)
     offsets[pen] = np.arange(m)
-    history: list[float] = []
 
     def objective(y: np.ndarray) -> tuple[float, np.ndarray]:
         x = assemble(y)
@@ -203,7 +200,6 @@ def find_map(flat: FlatLogp, x0: np.ndarray, *, l1: L1Penalty | None = None,
             gy[:free.size] += g_hyper[free]
             gy[free.size:free.size + m] = gp
             gy[free.size + m:] = gq
-        history.append(lp)
         return -lp, -gy
 
     y0 = np.concatenate([x0[free], np.maximum(x0[pen], 0.0), np.maximum(-x0[pen], 0.0)])
@@ -217,8 +213,7 @@ def find_map(flat: FlatLogp, x0: np.ndarray, *, l1: L1Penalty | None = None,
     lp, _ = flat(x)
     return MapResult(x=x, point=flat.to_point(x), logp=lp, n_iter=int(res.nit),
                      n_evals=flat.n_evals - n0, success=bool(res.success),
-                     message=str(res.message), hit_max_iter=int(res.nit) >= int(max_iter),
-                     history=history)
+                     message=str(res.message), hit_max_iter=int(res.nit) >= int(max_iter))
 
 
 @dataclass

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import multiprocessing
+import os
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -248,8 +249,9 @@ def sample_pymc(
     ``initvals`` holds one starting point per chain of the full run and ``sample_seed`` comes
     from :func:`chain_seeds`.  Chain i draws from the same stream whether it runs alone or
     beside the others, so a subset of chains (``chain_plan(chain_ids=...)``) reproduces
-    exactly the corresponding chains of a full run.  In a daemonic process (a Dask worker)
-    the chains run one after the other.
+    exactly the corresponding chains of a full run.  ``cores=None`` runs one process per
+    chain up to the CPU count; in a daemonic process (a Dask worker) the chains run one after
+    the other.
 
     Ctrl-C (KeyboardInterrupt) during sampling: when posterior draws were made, the result
     keeps them, ``posterior.attrs["interrupted"]`` is 1 and a
@@ -271,8 +273,10 @@ def sample_pymc(
         np.random.SeedSequence(sample_seed, n_children_spawned=ids[0])))
     if _in_daemon():
         cores = 1
-    elif cores is not None:
-        cores = min(cores, len(ids))
+    else:
+        # PyMC's own default halves the CPU count (assuming hyper-threads), which runs two
+        # chains one after the other on a 2-core machine: one process per chain instead
+        cores = min(cores if cores is not None else (os.cpu_count() or 1), len(ids))
     idata = _sample_interruptible(step=step, draws=draws, tune=tune, chains=len(ids),
                                   cores=cores, initvals=[initvals[i] for i in ids],
                                   random_seed=rng, model=model, **kwargs)

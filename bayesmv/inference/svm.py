@@ -35,7 +35,7 @@ from bayesmv.inference.gibbs import (
     draw_gaussian_from_precision,
     sample_lambda,
 )
-from bayesmv.inference.sample import sample_pymc
+from bayesmv.inference.sample import chain_seeds, sample_pymc
 
 #: above this many samples the N × N Gram matrix is not formed (memory); libsvm then
 #: evaluates the linear kernel itself from its cache
@@ -89,13 +89,6 @@ def fit_svm_map(Phi: np.ndarray, targets: np.ndarray, cost: float, *, tol: float
         theta[t] = Phi[svc.support_].T @ svc.dual_coef_[0]
         bias[t] = svc.intercept_[0]
     return theta, bias, dual
-
-
-def svm_objective(theta: np.ndarray, bias: np.ndarray, Phi: np.ndarray, targets: np.ndarray,
-                  cost: float) -> np.ndarray:
-    """Primal objective ``½||θ_t||² + cost·Σ hinge`` per task."""
-    F = Phi @ theta.T + bias
-    return 0.5 * np.sum(theta**2, axis=1) + cost * np.maximum(0.0, 1.0 - targets * F).sum(0)
 
 
 # ---------------------------------------------------------------------------------- Gibbs
@@ -214,9 +207,9 @@ def run_hinge_gibbs(built: BuiltModel, *, draws: int, tune: int, chains: int,
     """
     spec = HingeGibbsSpec.from_built(built)
     model = built.model
-    seeds = np.random.SeedSequence(random_seed).spawn(chains + 1)
+    seeds, sample_seed = chain_seeds(random_seed, chains)
     initvals = []
-    for seq in seeds[:chains]:
+    for seq in seeds:
         rng = np.random.default_rng(seq)
         start = built.initial_values(rng)
         start["beta"] = rng.standard_normal(start["beta"].shape)
@@ -228,6 +221,6 @@ def run_hinge_gibbs(built: BuiltModel, *, draws: int, tune: int, chains: int,
     with threadpool_limits(limits=1, user_api="blas"):
         return sample_pymc(model, step=[step], draws=draws, tune=tune, chains=chains,
                            cores=cores, initvals=initvals,
-                           sample_seed=int(seeds[-1].generate_state(1)[0]),
+                           sample_seed=sample_seed,
                            var_names=list(trace_vars), progressbar=progressbar,
                            compute_convergence_checks=False, return_inferencedata=True)

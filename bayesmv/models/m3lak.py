@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numbers
-import os
 import time
 
 import numpy as np
@@ -247,7 +246,7 @@ class M3LAK(MultiViewClassifier):
         start = time.perf_counter()
         idata = run_sampler(
             built, sampler=self.sampler, draws=self.draws, tune=self.tune, chains=self.chains,
-            cores=self._cores(), random_seed=self.random_seed, trace_vars=trace_vars,
+            cores=self.cores, random_seed=self.random_seed, trace_vars=trace_vars,
             progressbar=self.progressbar, target_accept=self.target_accept,
             nuts_sampler=self.nuts_sampler)
         elapsed = time.perf_counter() - start
@@ -265,12 +264,6 @@ class M3LAK(MultiViewClassifier):
                      convergence_=convergence)
         warn_if_not_converged(convergence)
         return self
-
-    def _cores(self) -> int:
-        # PyMC's own default halves the CPU count (assuming hyper-threads), which runs two
-        # chains one after the other on a 2-core machine
-        return self.cores if self.cores is not None else max(1, min(self.chains,
-                                                                     os.cpu_count() or 1))
 
     @property
     def sampling_time_(self) -> float:

@@ -4,7 +4,6 @@ Bayesian model."""
 from __future__ import annotations
 
 import numbers
-import os
 import time
 from typing import Any
 
@@ -253,7 +252,7 @@ class MVLSVM(MultiViewClassifier):
         else:
             built = self.make_builder(N, fmap).build(data, targets)
             idata = run_hinge_gibbs(built, draws=self.draws, tune=self.tune, chains=self.chains,
-                                    cores=self._cores(), random_seed=self._seeds()[1],
+                                    cores=self.cores, random_seed=self._seeds()[1],
                                     trace_vars=["beta", "bias", "f"],
                                     progressbar=self.progressbar)
         elapsed = time.perf_counter() - start
@@ -280,10 +279,6 @@ class MVLSVM(MultiViewClassifier):
         # took 19 s, longer than the sampler
         n_tasks = int(idata.posterior.sizes["task"])
         return check_convergence(idata, max_points=max(1, 1000 // n_tasks))
-
-    def _cores(self) -> int:
-        return self.cores if self.cores is not None else max(1, min(self.chains,
-                                                                     os.cpu_count() or 1))
 
     @staticmethod
     def _landmark_dataset(fmap: LandmarkFeatures, n_train: int) -> xr.Dataset:

@@ -10,7 +10,6 @@ log density), a Laplace approximation at that mode, or NUTS.  See DESIGN §5 and
 from __future__ import annotations
 
 import numbers
-import os
 import time
 import warnings
 from typing import Any
@@ -37,7 +36,6 @@ from bayesmv.components import (
 from bayesmv.components.interaction import factor_name
 from bayesmv.components.likelihoods import (
     class_probabilities,
-    hinge_probability,
     log_hinge_probability,
 )
 from bayesmv.data import (
@@ -141,10 +139,6 @@ class _MVMCore:
         return self.standardizer_.transform(data) if self.standardizer_ is not None else data
 
     # ------------------------------------------------------------ inference
-    def _cores(self) -> int:
-        return self.cores if self.cores is not None else max(1, min(self.chains,
-                                                                     os.cpu_count() or 1))
-
     def _l1_penalty(self, built: BuiltModel, flat: FlatLogp) -> L1Penalty | None:
         if self.prior != "laplace":
             return None
@@ -248,7 +242,7 @@ class _MVMCore:
             var_names = [rv.name for rv in model.free_RVs] + ["f"]
             idata = run_sampler(
                 built, sampler="nuts", draws=self.draws, tune=self.tune, chains=self.chains,
-                cores=self._cores(), random_seed=self.random_seed, trace_vars=var_names,
+                cores=self.cores, random_seed=self.random_seed, trace_vars=var_names,
                 progressbar=self.progressbar, target_accept=self.target_accept,
                 nuts_sampler=self.nuts_sampler)
             lp = idata.sample_stats["lp"].values
@@ -406,6 +400,14 @@ class _MVMCore:
         S = factors[0].shape[0]
         return np.stack([CPInteractionCombiner.evaluate([A[s] for A in factors], views)
                          for s in range(S)])
+
+    def _mean_f(self, X) -> np.ndarray:
+        """Posterior mean of ``ŷ``: (n, T).  For Laplace the linearised draws' mean is the
+        mode's ``ŷ`` exactly (antithetic pairs), so it is evaluated there directly."""
+        if self._is_laplace():
+            views = LinearFeatures().transform(self._prepare(X))
+            return CPInteractionCombiner.evaluate(self._mode_factors(), views)
+        return self._predictive_f(X).mean(axis=0)
 
     def _decision_draws(self, X) -> np.ndarray:
         """Decision values per retained posterior draw: (n_draws, n_samples, n_tasks)
@@ -671,13 +673,6 @@ class MVM(_MVMCore, MultiViewClassifier):
             self.convergence_ = self._convergence_report(self.idata_)
 
     # ----------------------------------------------------------- prediction
-    def _probability(self, f: np.ndarray) -> np.ndarray:
-        if self.loss == "logistic":
-            return LogisticLikelihood.probability(f)
-        if self.loss == "hinge":
-            return hinge_probability(f, self.C)
-        return GaussianLikelihood.probability(f, 1.0)
-
     def _log_probability(self, f: np.ndarray) -> np.ndarray:
         """``log p(y = +1 | f)`` (finite where the probability underflows)."""
         if self.loss == "logistic":
@@ -688,13 +683,12 @@ class MVM(_MVMCore, MultiViewClassifier):
 
     def decision_function(self, X) -> np.ndarray:
         """Posterior mean of ``ŷ`` (the MAP's ``ŷ`` for ``inference="map"``; for
-        ``"laplace"`` the mean of the linearised draws, i.e. the mode's ``ŷ`` up to Monte-Carlo
-        error).
+        ``"laplace"`` the mean of the linearised draws, which is the mode's ``ŷ``).
 
         Shape (n_samples,) for binary problems (positive favours ``classes_[1]``), else
         (n_samples, n_classes).
         """
-        f = self._predictive_f(X).mean(axis=0)
+        f = self._mean_f(X)
         return f[:, 0] if f.shape[1] == 1 else f
 
     def _class_probability_draws(self, X) -> np.ndarray:
@@ -887,10 +881,10 @@ class MVMRegressor(_MVMCore, RegressorMixin, BaseEstimator):
         For ``inference="laplace"`` the draws of ``ŷ`` are the linearised ones (see
         :class:`MVM`'s ``inference``): the mean is the mode's prediction and ``Var[ŷ]`` the
         first-order ``J Σ Jᵀ`` (Monte-Carlo over the retained draws)."""
+        if not return_std:
+            return self._mean_f(X)[:, 0] * self.y_scale_ + self.y_mean_
         f = self._predictive_f(X)[:, :, 0]
         mean = f.mean(axis=0) * self.y_scale_ + self.y_mean_
-        if not return_std:
-            return mean
         sig = self._hyper_draws("sigma")
         noise2 = float(np.mean(sig**2)) if sig is not None else float(self.sigma) ** 2
         return mean, np.sqrt(f.var(axis=0) + noise2) * self.y_scale_

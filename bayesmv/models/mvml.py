@@ -10,12 +10,14 @@ from typing import Any
 
 import numpy as np
 import xarray as xr
-from numpy.polynomial.hermite_e import hermegauss
-from scipy.special import log_expit, logsumexp
 from threadpoolctl import ThreadpoolController
 
 from bayesmv.builder import BuiltModel, ModelBuilder
-from bayesmv.components.likelihoods import GaussianLikelihood, class_probabilities
+from bayesmv.components.likelihoods import (
+    GaussianLikelihood,
+    class_probabilities,
+    log_expected_sigmoid,
+)
 from bayesmv.components.metric import BlockMetricCombiner
 from bayesmv.components.nystrom import (
     NystromFeatures,
@@ -33,8 +35,6 @@ __all__ = ["MVML"]
 #: noise variance of the least-squares likelihood implied by the objective ||y - f||²
 NOISE_VARIANCE = 0.5
 # Gauss–Hermite nodes for E[sigmoid(·)] under a Gaussian: exact to ~1e-10 here
-_GH_X, _GH_W = hermegauss(40)
-_GH_W = _GH_W / _GH_W.sum()
 
 
 @functools.cache
@@ -389,12 +389,11 @@ class MVML(MultiViewClassifier):
     def predict_proba(self, X) -> np.ndarray:
         """Class probabilities: the normalised Gaussian likelihood
         ``p(y=+1 | f) = σ(2f/σ²) = σ(4f)`` averaged over the Gaussian posterior of f*
-        (Gauss–Hermite quadrature); one-vs-rest scores renormalised to sum to one (in log
-        space, so that scores that all underflow still give a distribution)."""
+        (:func:`~bayesmv.components.likelihoods.log_expected_sigmoid`, as ϱTMV-RKM);
+        one-vs-rest scores renormalised to sum to one (in log space, so that scores that all
+        underflow still give a distribution)."""
         mean, std = self.decision_distribution(X)
-        f = mean[..., None] + std[..., None] * _GH_X
-        log_p = logsumexp(log_expit(2.0 * f / NOISE_VARIANCE), b=_GH_W, axis=-1)
-        return class_probabilities(log_p)
+        return class_probabilities(log_expected_sigmoid(mean, std**2, 2.0 / NOISE_VARIANCE))
 
     def training_decision_values(self) -> xr.DataArray:
         """``f`` at the training points (the MAP, one chain × one draw)."""
