@@ -401,15 +401,10 @@ class MetricFit:
         Training decision values ``Z g``.
     objective : list of float
         Objective after every g-step (``paper``: J; ``bayes``: -log p(A, w | y) + const).
-    a_updates : list of (float, float)
-        The metric-step objective (``J(g, ·)`` at fixed g for paper; the EM surrogate Q for
-        bayes) before and after each A-update.
     n_iter : int
         Number of A/w-updates made.
     converged : bool
         Whether the relative change of g fell below ``tol``.
-    active_views : ndarray of bool
-        Views whose metric blocks are non-zero (all True except for ``sparse``).
     """
 
     A: np.ndarray
@@ -419,18 +414,8 @@ class MetricFit:
     cov_factor: np.ndarray
     f: np.ndarray
     objective: list[float]
-    a_updates: list[tuple[float, float]]
     n_iter: int
     converged: bool
-    active_views: np.ndarray
-
-
-def _penalty(A_or_norm2, learn_A: str, eta: float, sizes: tuple[int, ...]) -> float:
-    if learn_A == "full":
-        return eta * float(A_or_norm2)  # ||A||²_F passed in
-    if learn_A == "sparse":
-        return eta * block_group_norm(A_or_norm2, sizes)
-    return 0.0
 
 
 def _objective(gs: GStep, lmbda: float, pen: float, objective: str) -> float:
@@ -488,11 +473,7 @@ def fit_metric(problem: MetricProblem, y: np.ndarray, *, lmbda: float, eta: floa
     Z = problem.Z(w)
     L, _ = _initial_factor(problem, learn_A)
     A = initial_metric(problem, learn_A) if learn_A != "full" else None
-    A_norm2 = float(np.sum(block_norms(initial_metric(problem, "full"), sizes) ** 2)) \
-        if learn_A == "full" else None
-    active = np.ones(V, dtype=bool)
-    log_det_A = (2.0 * float(np.sum(np.log(np.abs(np.diag(L)))))
-                 if learn_A == "full" and objective == "bayes" else None)
+    A_norm2 = float(np.sum(initial_metric(problem, "full") ** 2)) if learn_A == "full" else None
 
     def pen() -> float:
         if learn_A == "full":
@@ -503,7 +484,6 @@ def fit_metric(problem: MetricProblem, y: np.ndarray, *, lmbda: float, eta: floa
 
     gs = g_step(Z, L, y, lmbda)
     history = [_objective(gs, lmbda, pen(), objective)]
-    a_updates: list[tuple[float, float]] = []
     fixed_A = learn_A in ("identity", "cov")
     converged = fixed_A and not learn_w
     n_iter = 0
@@ -516,13 +496,10 @@ def fit_metric(problem: MetricProblem, y: np.ndarray, *, lmbda: float, eta: floa
         A_old = (L @ L.T if A is None else A) if callback is not None else None
         # ------------------------------------------------------------------ A-update
         if learn_A == "full":
-            L, A_norm2, log_det_A, rec = _em_full_step(gs, cov_C, log_det_A, A_norm2,
-                                                       lmbda, eta)
-            a_updates.append(rec)
+            L, A_norm2 = _em_full_step(gs, cov_C, lmbda, eta)
         elif learn_A == "sparse":
-            A, L, active, t_prox, rec = _sparse_step(problem, A, gs, Z, y, lmbda, eta, t_prox,
-                                                     objective == "bayes")
-            a_updates.append(rec)
+            A, L, t_prox = _sparse_step(problem, A, gs, Z, y, lmbda, eta, t_prox,
+                                        objective == "bayes")
         if callback is not None and not fixed_A:
             callback({"iteration": n_iter, "A_old": A_old,
                       "A_new": L @ L.T if A is None else A.copy(), "g": gs.g,
@@ -542,8 +519,7 @@ def fit_metric(problem: MetricProblem, y: np.ndarray, *, lmbda: float, eta: floa
         A = L @ L.T
     A = 0.5 * (A + A.T)
     return MetricFit(A=A, L=L, g=gs.g, w=w, cov_factor=gs.cov_factor(L), f=gs.f,
-                     objective=history, a_updates=a_updates, n_iter=n_iter,
-                     converged=converged, active_views=active)
+                     objective=history, n_iter=n_iter, converged=converged)
 
 
 def _converged(history: list[float], tol: float) -> bool:
@@ -669,14 +645,12 @@ def _fit_paper_full(problem: MetricProblem, y: np.ndarray, w: np.ndarray, lmbda:
 
     g, r, u, gAg = solve()
     history = [float(r @ r) + lmbda * gAg + eta * A_norm2]
-    a_updates: list[tuple[float, float]] = []
     converged, n_iter = False, 0
     for _ in range(max_iter):
         A_old = None
         if callback is not None:
             A_old = lowrank.matrix() if lowrank is not None else R.T @ R
-        R, A_norm2, rec, steps = _paper_full_step(R, A_norm2, g, u, gAg, lmbda, eta, a_steps)
-        a_updates.append(rec)
+        R, A_norm2, steps = _paper_full_step(R, A_norm2, g, u, gAg, lmbda, eta, a_steps)
         if lowrank is not None:
             for a, c, v in steps:
                 lowrank.add(a, c, v)
@@ -702,8 +676,7 @@ def _fit_paper_full(problem: MetricProblem, y: np.ndarray, w: np.ndarray, lmbda:
         gs = g_step(Z, L, y, lmbda)
         A, C, g, f = L @ L.T, gs.cov_factor(L), gs.g, gs.f
     return MetricFit(A=0.5 * (A + A.T), L=L, g=g, w=w, cov_factor=C, f=f, objective=history,
-                     a_updates=a_updates, n_iter=n_iter, converged=converged,
-                     active_views=np.ones(problem.n_views, dtype=bool))
+                     n_iter=n_iter, converged=converged)
 
 
 # ----------------------------------------------------------------------------- A-updates
@@ -714,10 +687,10 @@ def _paper_full_step(R: np.ndarray, A_norm2: float, g: np.ndarray, u: np.ndarray
 
     Every line-search quantity is a scalar (Sherman–Morrison), and an accepted step updates
     the Cholesky factor ``A = RᵀR`` in O(n²).  The descent stops early once a step had to be
-    shortened.  Returns the new factor, ``||A||²_F``, (F before, F after) and the applied
+    shortened.  Returns the new factor, ``||A||²_F`` and the applied
     steps ``(a, c, u)`` meaning ``A ← aA + c uuᵀ``.
     """
-    F_start = F0 = lmbda * gAg + eta * A_norm2
+    F0 = lmbda * gAg + eta * A_norm2
     steps = []
     for step in range(int(a_steps)):
         if step > 0:
@@ -749,28 +722,19 @@ def _paper_full_step(R: np.ndarray, A_norm2: float, g: np.ndarray, u: np.ndarray
         steps.append((a, c, u))
         if s < paper_step_size(eta):
             break  # the line search had to shorten the step: the descent has levelled off
-    return R, A_norm2, (F_start, F0), steps
+    return R, A_norm2, steps
 
 
-def _em_full_step(gs: GStep, C: np.ndarray, log_det_A: float, A_norm2: float, lmbda: float,
-                  eta: float):
-    """EM M-step for A under ``objective='bayes'`` (exact minimiser of the surrogate)."""
-    h = gs.h
-    # Q(A_old) = λ tr(A⁻¹ E[ggᵀ]) + ½ log det A + η||A||², with A⁻¹E[ggᵀ] from the factor:
-    # tr(A⁻¹ggᵀ) = ||h||², tr(A⁻¹Σ) = ½||R⁻¹||²_F
-    Rb_inv = linalg.solve_triangular(gs.Rb, np.eye(gs.Rb.shape[0]), lower=False,
-                                     check_finite=False)
-    Rinv_F2 = float(np.sum(Rb_inv * Rb_inv))
-    Q0 = lmbda * (float(h @ h) + 0.5 * Rinv_F2) + 0.5 * log_det_A + eta * A_norm2
+def _em_full_step(gs: GStep, C: np.ndarray, lmbda: float, eta: float):
+    """EM M-step for A under ``objective='bayes'``: the exact minimiser of the surrogate
+    ``Q(A) = λ tr(A⁻¹ E[ggᵀ]) + ½ log det A + η||A||²``.  Returns the new factor and ||A||²_F."""
     S = np.outer(gs.g, gs.g) + 0.5 * (C @ C.T)
     sigma, Vec = linalg.eigh(lmbda * S, check_finite=False)
     # S is positive definite in exact arithmetic; eigenvalues at rounding level are floored
     # there so that A stays positive definite
     sigma = np.maximum(sigma, np.finfo(float).eps * max(sigma[-1], 0.0) * len(sigma))
     a = _cubic_root(sigma, eta)
-    L_new = Vec * np.sqrt(a)
-    Q1 = float(np.sum(sigma / a) + 0.5 * np.sum(np.log(a)) + eta * np.sum(a**2))
-    return L_new, float(np.sum(a**2)), float(np.sum(np.log(a))), (Q0, Q1)
+    return Vec * np.sqrt(a), float(np.sum(a**2))
 
 
 def _embed_factor(n: int, idx: np.ndarray, Ra: np.ndarray) -> np.ndarray:
@@ -840,9 +804,8 @@ def _sparse_step(problem: MetricProblem, A, gs: GStep, Z, y, lmbda, eta, t_prev,
         GLR = linalg.solve_triangular(gs.Rb, (Z.T @ gs.ZL).T, trans="T", lower=False,
                                       check_finite=False).T
         grad += 0.5 * (G - GLR @ GLR.T) / lmbda  # ½ Zᵀ M⁻¹ Z
-    S0 = float(gs.r @ gs.r) + lmbda * float(gs.h @ gs.h)
-    if bayes:
-        S0 += 0.5 * gs.logdet_B_over_lambda
+    smooth = "bayes" if bayes else "paper"  # the objective without its penalty
+    S0 = _objective(gs, lmbda, 0.0, smooth)
     P0 = eta * block_group_norm(A, sizes)
     t = 2.0 * t_prev if t_prev is not None else 1.0 / max(np.linalg.norm(grad), 1e-300)
     for _ in range(_MAX_HALVINGS):
@@ -852,18 +815,16 @@ def _sparse_step(problem: MetricProblem, A, gs: GStep, Z, y, lmbda, eta, t_prev,
         if fac is not None:
             A_new, L_new = fac
             gs_new = g_step(Z, L_new, y, lmbda)
-            S1 = float(gs_new.r @ gs_new.r) + lmbda * float(gs_new.h @ gs_new.h)
-            if bayes:
-                S1 += 0.5 * gs_new.logdet_B_over_lambda
+            S1 = _objective(gs_new, lmbda, 0.0, smooth)
             D = A_new - A
             P1 = eta * block_group_norm(A_new, sizes)
             if (S1 <= S0 + float(np.sum(grad * D)) + float(np.sum(D * D)) / (2 * t)
                     and S1 + P1 <= S0 + P0):
-                return A_new, L_new, act_new, t, (S0 + P0, S1 + P1)
+                return A_new, L_new, t
         t *= 0.5
     A, active = _drop_inactive(A, problem)
     A, L = _psd_factor_active(A, problem, active)
-    return A, L, active, t, (S0 + P0, S0 + P0)
+    return A, L, t
 
 
 def _w_step(problem: MetricProblem, g: np.ndarray, w: np.ndarray, y: np.ndarray,
