@@ -20,6 +20,7 @@ from typing import Any
 import arviz as az
 import numpy as np
 import pandas as pd
+import xarray as xr
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.exceptions import NotFittedError
 
@@ -120,6 +121,12 @@ class MultiViewClassifier(ClassifierMixin, BaseEstimator):
         """Most probable class under the posterior predictive distribution."""
         proba = self.predict_proba(X)
         return self.classes_[np.argmax(proba, axis=1)]
+
+    def training_decision_values(self) -> xr.DataArray:
+        """``f`` at the training points, one value per posterior draw (a MAP fit: one chain ×
+        one draw): the identifiable quantity convergence is judged on."""
+        self._check_fitted()
+        return self.idata_.posterior["f"]
 
     # --------------------------------------------------- diagnostics protocol
     # bayesmv.diagnostics reads fits only through these methods, so every estimator gets the

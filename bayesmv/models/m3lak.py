@@ -19,7 +19,7 @@ from bayesmv.components import (
     SumCombiner,
 )
 from bayesmv.components.likelihoods import class_probabilities, log_hinge_probability
-from bayesmv.data import ViewLayout, ViewStandardizer, label_tasks
+from bayesmv.data import ViewStandardizer, label_tasks
 from bayesmv.diagnostics.convergence import check_convergence, warn_if_not_converged
 from bayesmv.inference.sample import check_nuts_sampler, run_sampler
 from bayesmv.models.base import MultiViewClassifier, register
@@ -256,7 +256,7 @@ class M3LAK(MultiViewClassifier):
         idata.posterior.attrs["sampling_seconds"] = elapsed
         idata.posterior.attrs["sampler"] = self.sampler
         convergence = check_convergence(idata)
-        layout = ViewLayout(built.context.data.view_sizes, built.context.data.view_names)
+        layout = built.context.data.layout
         # fitted state only now, in one step: a failure or Ctrl-C above leaves a previous fit
         # untouched
         self._commit(classes_=built.classes, layout_=layout, standardizer_=built.standardizer,
@@ -334,11 +334,6 @@ class M3LAK(MultiViewClassifier):
         """
         log_p = log_hinge_probability(self._predictive_f(X, sample_latent=True), self.C)
         return class_probabilities(log_p.reshape(-1, *log_p.shape[-2:]), axis=0)
-
-    def training_decision_values(self) -> xr.DataArray:
-        """Posterior draws of ``f`` at the training points (the judged quantity)."""
-        self._check_fitted()
-        return self.idata_.posterior["f"]
 
     # ------------------------------------------------------------ diagnostics
     def _decision_draws(self, X) -> np.ndarray:

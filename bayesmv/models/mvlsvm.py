@@ -16,7 +16,7 @@ from bayesmv.builder import BuiltModel, ModelBuilder
 from bayesmv.components import HingeLikelihood, SumCombiner
 from bayesmv.components.landmarks import IMPUTE_OPTIONS, LandmarkFeatures, _check_gamma
 from bayesmv.components.likelihoods import class_probabilities, log_hinge_probability
-from bayesmv.data import MultiViewData, ViewLayout, ViewStandardizer, label_tasks
+from bayesmv.data import MultiViewData, ViewStandardizer, label_tasks
 from bayesmv.diagnostics.convergence import check_convergence, warn_if_not_converged
 from bayesmv.inference.svm import fit_svm_map, run_hinge_gibbs
 from bayesmv.models.base import MultiViewClassifier, register
@@ -267,7 +267,7 @@ class MVLSVM(MultiViewClassifier):
         idata.add_groups(constant_data=landmarks)
         convergence = self._judge(idata)
         # fitted state only now, in one step: a failure above leaves a previous fit intact
-        self._commit(classes_=classes, layout_=ViewLayout(data.view_sizes, data.view_names),
+        self._commit(classes_=classes, layout_=data.layout,
                      standardizer_=standardizer, idata_=idata, feature_map_=fmap,
                      n_features_in_=int(sum(data.view_sizes)), convergence_=convergence)
         warn_if_not_converged(convergence)
@@ -388,8 +388,3 @@ class MVLSVM(MultiViewClassifier):
                 lp = log_hinge_probability(f, c)
             log_p[rows] = logsumexp(lp, axis=0) - np.log(D)
         return class_probabilities(log_p)
-
-    def training_decision_values(self) -> xr.DataArray:
-        """Posterior draws of ``f`` at the training points (the judged quantity)."""
-        self._check_fitted()
-        return self.idata_.posterior["f"]

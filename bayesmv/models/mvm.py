@@ -649,7 +649,7 @@ class MVM(_MVMCore, MultiViewClassifier):
                     "y_tasks": (("sample", "task"), built.context.targets)}
         self._finish_idata(built, idata, info, best, observed)
         report = self._convergence_report(idata) if self.inference == "nuts" else None
-        layout = ViewLayout(built.context.data.view_sizes, built.context.data.view_names)
+        layout = built.context.data.layout
         factors = self._factors_from_idata(idata, layout.n_views)
         # fitted state only now, in one step: a failure above leaves a previous fit intact
         self._commit(classes_=built.classes, layout_=layout, standardizer_=built.standardizer,
@@ -863,7 +863,7 @@ class MVMRegressor(_MVMCore, RegressorMixin, BaseEstimator):
                     "y_tasks": (("sample", "task"), built.context.targets)}
         self._finish_idata(built, idata, info, best, observed)
         report = self._convergence_report(idata) if self.inference == "nuts" else None
-        layout = ViewLayout(built.context.data.view_sizes, built.context.data.view_names)
+        layout = built.context.data.layout
         factors = self._factors_from_idata(idata, layout.n_views)
         # in one step (see MultiViewClassifier._commit): a failure leaves a previous fit intact
         vars(self).update(layout_=layout, standardizer_=built.standardizer,

@@ -25,7 +25,7 @@ from bayesmv.components.nystrom import (
     check_complete_views,
     n_landmarks,
 )
-from bayesmv.data import MultiViewData, ViewLayout, ViewStandardizer, label_tasks
+from bayesmv.data import MultiViewData, ViewStandardizer, label_tasks
 from bayesmv.inference.metric import MetricProblem, block_norms, fit_metric
 from bayesmv.models.base import MultiViewClassifier, register
 from bayesmv.params import check_random_seed
@@ -199,7 +199,7 @@ class MVML(MultiViewClassifier):
         return NystromFeatures(self.nystrom, self.kernel, self.gamma,
                                random_state=self.random_seed)
 
-    def _validate_params(self, n_views: int | None = None) -> None:
+    def _validate_params(self) -> None:
         self._combiner().check_params()
         n_landmarks(self.nystrom, 10**9)  # validates the type/range of nystrom
         if (isinstance(self.max_iter, bool) or not isinstance(self.max_iter, numbers.Integral)
@@ -209,8 +209,6 @@ class MVML(MultiViewClassifier):
                 or not np.isfinite(self.tol) or self.tol < 0):
             raise ValueError(f"tol must be a non-negative finite number, got {self.tol!r}")
         check_random_seed(self.random_seed)
-        if n_views is not None:
-            self._nystrom().check_params(n_views)
 
     # ------------------------------------------------------------- builder
     def make_builder(self) -> ModelBuilder:
@@ -222,7 +220,7 @@ class MVML(MultiViewClassifier):
                                                 ViewStandardizer | None]:
         self._validate_params()
         data, classes, y_index = self._validate_training_data(X, y)
-        self._validate_params(data.n_views)
+        self._nystrom().check_params(data.n_views)  # the part that needs the view count
         if (isinstance(self.nystrom, numbers.Integral) and not isinstance(self.nystrom, bool)
                 and self.nystrom > data.n_samples):
             raise ValueError(f"nystrom={self.nystrom} asks for more Nyström landmarks than the "
@@ -279,7 +277,7 @@ class MVML(MultiViewClassifier):
         idata = self._make_idata(fits, state, data, y_index, targets, elapsed)
         # fitted state only now, in one step: a failure above leaves a previous fit intact
         self._restore(state, [ft.cov_factor for ft in fits], idata, classes_=classes,
-                      layout_=ViewLayout(data.view_sizes, data.view_names),
+                      layout_=data.layout,
                       standardizer_=standardizer, n_features_in_=int(sum(data.view_sizes)),
                       idata_=idata, n_iter_=np.array([ft.n_iter for ft in fits]),
                       objective_history_=[np.asarray(ft.objective) for ft in fits],
@@ -394,8 +392,3 @@ class MVML(MultiViewClassifier):
         underflow still give a distribution)."""
         mean, std = self.decision_distribution(X)
         return class_probabilities(log_expected_sigmoid(mean, std**2, 2.0 / NOISE_VARIANCE))
-
-    def training_decision_values(self) -> xr.DataArray:
-        """``f`` at the training points (the MAP, one chain × one draw)."""
-        self._check_fitted()
-        return self.idata_.posterior["f"]

@@ -29,7 +29,7 @@ from bayesmv.components.likelihoods import (
     log_expected_sigmoid,
 )
 from bayesmv.components.tensor import RhoTensorCombiner, feature_design
-from bayesmv.data import MultiViewData, ViewLayout, ViewStandardizer, label_tasks
+from bayesmv.data import MultiViewData, ViewStandardizer, label_tasks
 from bayesmv.inference.conjugate import FeaturePosterior, KernelPosterior
 from bayesmv.inference.evidence import (
     LOG_LAM_RANGE,
@@ -294,12 +294,12 @@ class RhoTMVRKM(MultiViewClassifier):
             fit_group, f_train, b_train = self._fit_exact(data.views, Y, fitted, rng)
         else:
             fit_group, f_train, b_train = self._fit_features(data.views, Y, fitted, rng)
-        idata = self._make_idata(f_train, b_train, fitted, fit_group, data, Y, classes)
+        idata = self._make_idata(f_train, b_train, fitted, fit_group, data, Y)
         idata.posterior.attrs["fit_seconds"] = time.perf_counter() - start
         idata.posterior.attrs["selection_seconds"] = float(evidence.get("seconds", 0.0))
         # fitted state only now, in one step: a failure above leaves a previous fit untouched
         self._commit(classes_=classes, codes_=codes,
-                     layout_=ViewLayout(data.view_sizes, data.view_names),
+                     layout_=data.layout,
                      standardizer_=standardizer, rho_=rho, lam_=lam, gamma_=gammas,
                      kernels_=kernels, evidence_=evidence, idata_=idata,
                      n_features_in_=int(sum(data.view_sizes)),
@@ -346,7 +346,7 @@ class RhoTMVRKM(MultiViewClassifier):
             f_train, b = f_mean[None], post.bias[None]
         return group, f_train, b
 
-    def _make_idata(self, f_train, b_train, fitted, fit_group, data, Y, classes):
+    def _make_idata(self, f_train, b_train, fitted, fit_group, data, Y):
         import arviz as az
 
         n_draws = f_train.shape[0]
