@@ -219,6 +219,16 @@ class MultiViewClassifier(ClassifierMixin, BaseEstimator):
         return load(path, expected=cls)
 
 
+def thinned_draws(posterior: xr.Dataset, names: list[str], limit: int
+                  ) -> dict[str, np.ndarray]:
+    """At most ``limit`` evenly spaced draws of each variable, chains stacked:
+    ``{name: array (n_kept, *shape)}``, the same draws for every name."""
+    total = posterior.sizes["chain"] * posterior.sizes["draw"]
+    keep = np.unique(np.linspace(0, total - 1, min(total, limit)).round().astype(int))
+    return {n: posterior[n].values.reshape((total,) + posterior[n].shape[2:])[keep]
+            for n in names}
+
+
 def _canonical_attrs(attrs: dict) -> str:
     """Attributes in a form that survives a netCDF round trip (which turns a one-element list
     into a scalar and Python numbers into numpy ones)."""

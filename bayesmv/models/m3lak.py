@@ -22,7 +22,7 @@ from bayesmv.components.likelihoods import class_probabilities, log_hinge_probab
 from bayesmv.data import ViewStandardizer, label_tasks
 from bayesmv.diagnostics.convergence import check_convergence, warn_if_not_converged
 from bayesmv.inference.sample import check_nuts_sampler, run_sampler
-from bayesmv.models.base import MultiViewClassifier, register
+from bayesmv.models.base import MultiViewClassifier, register, thinned_draws
 from bayesmv.params import check_positive
 
 _POSITIVE = ("C", "eta", "alpha", "a_r", "b_r", "a_tau", "b_tau", "v", "bandwidth",
@@ -273,15 +273,10 @@ class M3LAK(MultiViewClassifier):
 
     # ----------------------------------------------------------- prediction
     def _draws(self) -> list[dict[str, np.ndarray]]:
-        post = self.idata_.posterior
-        n_chain, n_draw = post.sizes["chain"], post.sizes["draw"]
-        total = n_chain * n_draw
-        keep = np.unique(np.linspace(0, total - 1, min(total, self.max_predict_draws)).round()
-                         .astype(int))
         names = ["beta", "Omega", "tau"] + [f"{w}_{v}" for v in range(len(self.layout_.view_sizes))
                                             for w in ("W", "V")]
-        stacked = {n: post[n].values.reshape((total,) + post[n].shape[2:])[keep] for n in names}
-        return [{n: stacked[n][i] for n in names} for i in range(len(keep))]
+        stacked = thinned_draws(self.idata_.posterior, names, self.max_predict_draws)
+        return [{n: stacked[n][i] for n in names} for i in range(len(stacked["tau"]))]
 
     def _predictive_f(self, X, *, sample_latent: bool) -> np.ndarray:
         """Decision values per posterior draw: (n_draws[, n_latent], n, T)."""

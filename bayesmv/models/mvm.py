@@ -55,7 +55,7 @@ from bayesmv.inference.optimize import (
     pareto_khat,
 )
 from bayesmv.inference.sample import check_nuts_sampler, run_sampler
-from bayesmv.models.base import MultiViewClassifier, register
+from bayesmv.models.base import MultiViewClassifier, register, thinned_draws
 from bayesmv.params import check_positive, check_random_seed
 
 _LOSSES = ("logistic", "hinge", "squared")
@@ -357,22 +357,16 @@ class _MVMCore:
     def _is_laplace(self) -> bool:
         return self.idata_.posterior.attrs.get("inference") == "laplace"
 
-    def _posterior_factor_draws(self) -> tuple[list[np.ndarray], np.ndarray]:
-        """Thinned posterior draws: factors per view (S, T, D_v + 1, k) and the indices.
+    def _draw_limit(self) -> int:
+        """Draws kept for prediction.  Laplace keeps half of ``max_predict_draws`` (rounded
+        up): each is used with its reflection through the mode (see :meth:`_predictive_f`)."""
+        return -(-self.max_predict_draws // 2) if self._is_laplace() else self.max_predict_draws
 
-        Laplace keeps half of ``max_predict_draws`` (rounded up): each is used with its
-        reflection through the mode (see :meth:`_predictive_f`).
-        """
-        post = self.idata_.posterior
-        total = post.sizes["chain"] * post.sizes["draw"]
-        limit = -(-self.max_predict_draws // 2) if self._is_laplace() else self.max_predict_draws
-        keep = np.unique(np.linspace(0, total - 1, min(total, limit)).round().astype(int))
-        V = len(self.layout_.view_sizes)
-        out = []
-        for v in range(V):
-            arr = post[factor_name(v)].values
-            out.append(arr.reshape((total,) + arr.shape[2:])[keep])
-        return out, keep
+    def _posterior_factor_draws(self) -> list[np.ndarray]:
+        """Thinned posterior draws of the factors, (S, T, D_v + 1, k) per view."""
+        names = [factor_name(v) for v in range(len(self.layout_.view_sizes))]
+        draws = thinned_draws(self.idata_.posterior, names, self._draw_limit())
+        return [draws[n] for n in names]
 
     def _mode_factors(self) -> list[np.ndarray]:
         """The point estimate's factors, (T, D_v + 1, k) per view (multi-task shape kept)."""
@@ -393,7 +387,7 @@ class _MVMCore:
         """
         data = self._prepare(X)
         views = LinearFeatures().transform(data)
-        factors, _ = self._posterior_factor_draws()
+        factors = self._posterior_factor_draws()
         if self._is_laplace():
             return CPInteractionCombiner.linearized_evaluate(self._mode_factors(), factors,
                                                              views, antithetic=True)
@@ -415,12 +409,9 @@ class _MVMCore:
         return self._predictive_f(X)
 
     def _hyper_draws(self, name: str) -> np.ndarray | None:
-        post = self.idata_.posterior
-        if name not in post:
+        if name not in self.idata_.posterior:
             return None
-        total = post.sizes["chain"] * post.sizes["draw"]
-        _, keep = self._posterior_factor_draws()
-        return post[name].values.reshape(total)[keep]
+        return thinned_draws(self.idata_.posterior, [name], self._draw_limit())[name]
 
     @property
     def optimizer_(self) -> dict[str, Any]:
