@@ -141,6 +141,8 @@ class PPCReport:
         Statistics with extreme p-values, as sentences.
     y_rep : ndarray of shape (n_replications, n_samples)
         The replicated labels.
+    y_pred : ndarray of shape (n_samples,)
+        The estimator's predictions (``predict(X)``), on which ``accuracy`` is computed.
     """
 
     statistics: pd.DataFrame
@@ -152,6 +154,7 @@ class PPCReport:
     classes: np.ndarray
     warnings: list[str] = field(default_factory=list)
     y_rep: np.ndarray | None = field(default=None, repr=False)
+    y_pred: np.ndarray | None = field(default=None, repr=False)
 
     @property
     def ok(self) -> bool:
@@ -290,7 +293,7 @@ def posterior_predictive_check(estimator, X, y, *, n_replications: int = 1000,
                                                                n_bins),
                      accuracy=float(np.mean(pred == idx)), n_samples=n, n_draws=S,
                      n_replications=R, classes=classes, warnings=messages,
-                     y_rep=classes[y_rep])
+                     y_rep=classes[y_rep], y_pred=pred_labels)
 
 
 def _readable(name: str, classes: np.ndarray) -> str:

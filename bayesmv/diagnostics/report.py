@@ -20,7 +20,7 @@ import pandas as pd
 from scipy.stats import binomtest
 from sklearn.metrics import confusion_matrix
 
-from bayesmv.diagnostics.convergence import check_convergence, inference_kind
+from bayesmv.diagnostics.convergence import check_convergence
 from bayesmv.diagnostics.ppc import posterior_predictive_check
 
 __all__ = ["report", "wilson_interval"]
@@ -163,12 +163,12 @@ def report(estimator, X_test, y_test, path: str | Path, *, title: str | None = N
     name = type(estimator).__name__
     title = title or f"bayesmv report: {name}"
     y_test = np.asarray(y_test)
-    kind = inference_kind(estimator)
     conv = check_convergence(estimator)
+    kind = conv.inference
     ppc = posterior_predictive_check(estimator, X_test, y_test, n_replications=n_replications,
                                      random_state=random_state)
     n = len(y_test)
-    pred = np.asarray(estimator.predict(X_test))
+    pred = ppc.y_pred  # the predictions the check already made
     correct = int(np.sum(pred == y_test))
     lo, hi = wilson_interval(correct, n)
     failures: list[str] = []
