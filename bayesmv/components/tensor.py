@@ -23,10 +23,31 @@ import pytensor.tensor as pt
 from bayesmv.components.base import BuildContext, Component, LatentGaussian
 
 
+def tau_of(rho: float, n_views: int) -> float:
+    """``τ = (1 - ϱ)V + ϱ`` (paper eq. 12)."""
+    return (1.0 - rho) * n_views + rho
+
+
+def combine_kernels(grams: Sequence[np.ndarray], rho: float) -> np.ndarray:
+    """``K_ϱ = (1-ϱ) Σ_v K_v + ϱ ⊙_v K_v`` (accumulated in place: no V × N × N stack)."""
+    total = np.array(grams[0], dtype=float, copy=True)
+    for K in grams[1:]:
+        total += K
+    if rho == 0.0:
+        return total
+    prod = np.array(grams[0], dtype=float, copy=True)
+    for K in grams[1:]:
+        prod *= K
+    total *= 1.0 - rho
+    prod *= rho
+    total += prod
+    return total
+
+
 def feature_design(per_view: Sequence[np.ndarray], joint: np.ndarray, rho: float, eta: float
                    ) -> np.ndarray:
     """``Ψ = [√(1-ϱ) Φ_1, …, √(1-ϱ) Φ_V, √ϱ Φ_×] / (τ √η)`` (NumPy)."""
-    tau = (1.0 - rho) * len(per_view) + rho
+    tau = tau_of(rho, len(per_view))
     blocks = [np.sqrt(1.0 - rho) * B for B in per_view] + [np.sqrt(rho) * joint]
     return np.concatenate(blocks, axis=1) / (tau * np.sqrt(eta))
 
@@ -51,8 +72,7 @@ class RhoTensorCombiner(Component):
         bias = pm.Flat("b", dims="task")
         if isinstance(kernels, tuple):  # random features: (per-view blocks, product block)
             per_view, joint = kernels
-            n_views = len(per_view)
-            tau = (1.0 - rho) * n_views + rho
+            tau = tau_of(rho, len(per_view))
             Psi = pt.concatenate([pt.sqrt(1.0 - rho) * B for B in per_view]
                                  + [pt.sqrt(rho) * joint], axis=1) / (tau * np.sqrt(self.eta))
             ctx.add_coord("weight", int(Psi.shape[1].eval()))
@@ -60,7 +80,7 @@ class RhoTensorCombiner(Component):
             f = pm.Deterministic("f", Psi @ theta.T + bias, dims=("sample", "task"))
             return LatentGaussian(mean=f, cov=None, noise_factor=tau**-2)
         n_views = len(kernels)
-        tau = (1.0 - rho) * n_views + rho
+        tau = tau_of(rho, n_views)
         K = (1.0 - rho) * pt.add(*kernels) + rho * pt.mul(*kernels) if n_views > 1 else kernels[0]
         return LatentGaussian(mean=bias, cov=K / (self.eta * tau**2), noise_factor=tau**-2)
 

@@ -26,32 +26,12 @@ from scipy import linalg, optimize
 from scipy.special import expit
 
 from bayesmv.components.kernels import GAMMA_RANGE, squared_distances
+from bayesmv.components.tensor import tau_of
 from bayesmv.inference.conjugate import cholesky_with_jitter
 
 #: search ranges of the unconstrained λ and ϱ
 LOG_LAM_RANGE = (np.log(1e-8), np.log(1e3))
 LOGIT_RHO_RANGE = (-10.0, 10.0)
-
-
-def tau_of(rho: float, n_views: int) -> float:
-    """``τ = (1 - ϱ)V + ϱ`` (paper eq. 12)."""
-    return (1.0 - rho) * n_views + rho
-
-
-def combine_kernels(grams: Sequence[np.ndarray], rho: float) -> np.ndarray:
-    """``K_ϱ = (1-ϱ) Σ_v K_v + ϱ ⊙_v K_v`` (accumulated in place: no V × N × N stack)."""
-    total = np.array(grams[0], dtype=float, copy=True)
-    for K in grams[1:]:
-        total += K
-    if rho == 0.0:
-        return total
-    prod = np.array(grams[0], dtype=float, copy=True)
-    for K in grams[1:]:
-        prod *= K
-    total *= 1.0 - rho
-    prod *= rho
-    total += prod
-    return total
 
 
 @dataclass
@@ -183,4 +163,4 @@ class RhoTensorEvidence:
                               free=self.free)
 
 
-__all__ = ["EvidenceResult", "RhoTensorEvidence", "combine_kernels", "tau_of"]
+__all__ = ["EvidenceResult", "RhoTensorEvidence"]

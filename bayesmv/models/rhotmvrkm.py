@@ -28,15 +28,15 @@ from bayesmv.components.likelihoods import (
     class_probabilities,
     log_expected_sigmoid,
 )
-from bayesmv.components.tensor import RhoTensorCombiner, feature_design
-from bayesmv.data import MultiViewData, ViewStandardizer, label_tasks
-from bayesmv.inference.conjugate import FeaturePosterior, KernelPosterior
-from bayesmv.inference.evidence import (
-    LOG_LAM_RANGE,
-    RhoTensorEvidence,
+from bayesmv.components.tensor import (
+    RhoTensorCombiner,
     combine_kernels,
+    feature_design,
     tau_of,
 )
+from bayesmv.data import MultiViewData, ViewStandardizer, label_tasks
+from bayesmv.inference.conjugate import FeaturePosterior, KernelPosterior
+from bayesmv.inference.evidence import LOG_LAM_RANGE, RhoTensorEvidence
 from bayesmv.models.base import MultiViewClassifier, register
 from bayesmv.params import check_positive
 
