@@ -163,6 +163,14 @@ class LandmarkFeatures(Component):
         if self.impute not in IMPUTE_OPTIONS:
             raise ValueError(f"impute must be one of {IMPUTE_OPTIONS}, got {self.impute!r}")
 
+    def check_imputable(self, data: MultiViewData, argument: str = "X") -> None:
+        """Raise ValueError when ``data`` has missing views and ``impute`` is None."""
+        if self.impute is None and data.has_missing:
+            views = [data.view_names[v] for v in np.flatnonzero(~data.observed.all(axis=0))]
+            raise ValueError(f"{argument}: views {views} are missing for some samples but "
+                             "impute=None; use impute='landmarks' (the paper's least squares "
+                             "on the landmarks), 'bayes' or 'zero', or drop those samples")
+
     @property
     def is_fitted(self) -> bool:
         return hasattr(self, "landmarks_")
@@ -235,11 +243,7 @@ class LandmarkFeatures(Component):
         M = self.similarities(data)
         if not data.has_missing:
             return M
-        if self.impute is None:
-            views = [data.view_names[v] for v in np.flatnonzero(~data.observed.all(axis=0))]
-            raise ValueError(f"views {views} are missing for some samples but impute=None; "
-                             "use impute='landmarks' (least squares on the landmarks), "
-                             "'bayes' or 'zero', or drop those samples")
+        self.check_imputable(data)
         if self.impute == "zero":
             return np.nan_to_num(M, nan=0.0)
         if self.impute == "landmarks":

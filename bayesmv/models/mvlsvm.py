@@ -14,7 +14,7 @@ from scipy.special import logsumexp
 
 from bayesmv.builder import BuiltModel, ModelBuilder
 from bayesmv.components import HingeLikelihood, SumCombiner
-from bayesmv.components.landmarks import IMPUTE_OPTIONS, LandmarkFeatures, _check_gamma
+from bayesmv.components.landmarks import LandmarkFeatures, _check_gamma
 from bayesmv.components.likelihoods import class_probabilities, log_hinge_probability
 from bayesmv.data import MultiViewData, ViewStandardizer, label_tasks
 from bayesmv.diagnostics.convergence import check_convergence, warn_if_not_converged
@@ -22,7 +22,7 @@ from bayesmv.inference.svm import fit_svm_map, run_hinge_gibbs
 from bayesmv.models.base import MultiViewClassifier, register
 from bayesmv.params import check_positive
 
-_POSITIVE_INT = ("n_landmarks", "draws", "chains")
+_POSITIVE_INT = ("draws", "chains")
 #: Gauss–Hermite nodes for E[p(y | f)] over f ~ N(m, s²) (unknown similarity blocks)
 _N_QUADRATURE = 24
 #: bound on draws × rows × tasks held at once at prediction time
@@ -161,14 +161,17 @@ class MVLSVM(MultiViewClassifier):
         check_positive("cores", self.cores, integer=True, allow_none=True)
         if self.inference not in ("map", "gibbs"):
             raise ValueError(f"inference must be 'map' or 'gibbs', got {self.inference!r}")
-        if self.impute not in IMPUTE_OPTIONS:
-            raise ValueError(f"impute must be one of {IMPUTE_OPTIONS}, got {self.impute!r}")
+        self._landmark_map().validate()  # n_landmarks and impute
         if self.gamma is not None and not isinstance(self.gamma, numbers.Real | list | tuple
                                                      | np.ndarray):
             raise ValueError(f"gamma must be None, a positive number or one per view, "
                              f"got {self.gamma!r}")
 
     # ------------------------------------------------------------- builder
+    def _landmark_map(self, random_state: Any = None) -> LandmarkFeatures:
+        return LandmarkFeatures(self.n_landmarks, self.gamma, self.impute,
+                                random_state=random_state)
+
     def _seeds(self) -> tuple[np.random.Generator, int]:
         landmarks, sampler = np.random.SeedSequence(self.random_seed).spawn(2)
         return np.random.default_rng(landmarks), int(sampler.generate_state(1)[0])
@@ -185,8 +188,7 @@ class MVLSVM(MultiViewClassifier):
             A fitted landmark piece to reuse; by default a fresh one is fitted at build time.
         """
         if feature_map is None:
-            feature_map = LandmarkFeatures(self.n_landmarks, self.gamma, self.impute,
-                                           random_state=self._seeds()[0])
+            feature_map = self._landmark_map(random_state=self._seeds()[0])
         return ModelBuilder(None, feature_map, SumCombiner(prior_precision=1.0, flat_bias=True),
                             HingeLikelihood(self.C / (2.0 * n_samples)))
 
@@ -197,17 +199,12 @@ class MVLSVM(MultiViewClassifier):
         if self.n_landmarks > data.n_samples:
             raise ValueError(f"n_landmarks={self.n_landmarks} is more than the {data.n_samples} "
                              f"training rows; give at most {data.n_samples}")
-        if self.impute is None and data.has_missing:
-            views = [data.view_names[v] for v in np.flatnonzero(~data.observed.all(axis=0))]
-            raise ValueError(f"X: views {views} are missing for some samples but impute=None; "
-                             "use impute='landmarks' (the paper's least squares), 'bayes' or "
-                             "'zero', or drop those samples")
+        self._landmark_map().check_imputable(data, "X")
         standardizer = ViewStandardizer().fit(data) if self.standardize else None
         if standardizer is not None:
             data = standardizer.transform(data)
         targets = label_tasks(y_index, len(classes))
-        fmap = LandmarkFeatures(self.n_landmarks, self.gamma, self.impute,
-                                random_state=self._seeds()[0]).fit(data)
+        fmap = self._landmark_map(random_state=self._seeds()[0]).fit(data)
         return data, classes, y_index, standardizer, targets, fmap
 
     def build_model(self, X, y, *, augmented: bool = False) -> BuiltModel:
@@ -293,7 +290,7 @@ class MVLSVM(MultiViewClassifier):
 
     def _set_extra_state(self, state: dict[str, Any]) -> None:
         const = self.idata_.constant_data
-        fmap = LandmarkFeatures(self.n_landmarks, self.gamma, self.impute)
+        fmap = self._landmark_map()
         n_views = int(const["gamma"].size)
         fmap.set_landmarks(const["landmark_indices"].values,
                            tuple(const[f"landmarks_{v}"].values for v in range(n_views)),
