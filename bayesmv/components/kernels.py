@@ -151,6 +151,5 @@ class ViewRandomFeatures(Component):
     def build(self, ctx: BuildContext, data: MultiViewData
               ) -> tuple[list[pt.TensorVariable], pt.TensorVariable]:
         per_view, joint = self.blocks(data.views)
-        ctx.state["random_feature_base"] = self.base
         return ([pm.Data(f"features_{v}", B) for v, B in enumerate(per_view)],
                 pm.Data("features_product", joint))
