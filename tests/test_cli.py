@@ -133,7 +133,7 @@ def test_main_end_to_end(tmp_path, monkeypatch, capsys):
     positions = [text.index(f"\n{s}\n{'-' * len(s)}\n") for s in sections]
     assert positions == sorted(positions)
     for needle in ("400 (train 300, test 100", "fou", "76 features", "mor", "6 features",
-                   "sampling time", "Wilson CI", "Brier score", "log-loss",
+                   "fit time", "in pm.sample", "Wilson CI", "Brier score", "log-loss",
                    "C, gamma (3-fold CV)", "ConvergenceReport [", "max R-hat", str(output)):
         assert needle in text
 
@@ -151,3 +151,10 @@ def test_main_end_to_end(tmp_path, monkeypatch, capsys):
     np.testing.assert_array_equal(loaded.predict_proba(result.X_test), result.proba)
     np.testing.assert_array_equal(loaded.decision_function(result.X_test),
                                   est.decision_function(result.X_test))
+    # the views keep the dataset's names: in the model, its draws, the file and the report
+    names = ("fou", "fac", "kar", "pix", "zer", "mor")
+    assert est.layout_.view_names == names and loaded.layout_.view_names == names
+    assert tuple(loaded.idata_.posterior["tau"].coords["view"].values) == names
+    page = result.html_report.read_text(encoding="utf-8")
+    assert "fou (76), fac (216)" in page and "view0" not in page
+    assert page.count("whole fit") == 1 and "sampling seconds" not in page

@@ -27,6 +27,7 @@ from sklearn.metrics import brier_score_loss, log_loss
 
 from bayesmv import M3LAK, MVLSVM, MVM, MVML, RhoTMVRKM
 from bayesmv.cli import wilson_interval as cli_wilson
+from bayesmv.data import check_views
 from bayesmv.datasets import make_lvm_classification
 from bayesmv.diagnostics import (
     ConvergenceWarning,
@@ -39,10 +40,12 @@ from bayesmv.diagnostics import (
     plot_trace,
     plot_view_relevance,
     posterior_predictive_check,
+    summary,
     wilson_interval,
 )
 from bayesmv.diagnostics import report as write_report
 from bayesmv.diagnostics.convergence import warn_if_not_converged
+from bayesmv.diagnostics.report import wall_time_summary
 from bayesmv.models.base import MultiViewClassifier
 
 
@@ -223,6 +226,58 @@ def test_map_and_laplace_fits_say_what_applies():
     assert not rep.ok and any("Only 50 Laplace draws" in w for w in rep.warnings)
 
 
+def test_summary_is_arviz_for_draws_and_clean_point_values_for_map():
+    X, y = _two_views(60, seed=1)
+    kw = dict(rho=0.5, lam=0.5, gamma="scale")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no shape warning, no NaN-column RuntimeWarning
+        point = RhoTMVRKM(**kw).fit(X, y)
+        table = summary(point)
+        lap = RhoTMVRKM(inference="laplace", laplace_draws=200, random_seed=0, **kw).fit(X, y)
+        lap_table = summary(lap)
+    post = point.idata_.posterior
+    assert table.attrs["inference"] == "map" and list(table.columns) == ["map"]
+    assert not table.isna().any().any()
+    assert table.loc["f[7, 0]", "map"] == float(post["f"].sel(sample=7, task=0).item())
+    assert table.loc["gamma[view1]", "map"] == float(post["gamma"].sel(view="view1").item())
+    assert len(table) == sum(post[v].size for v in ("f", "b", "rho", "lam", "gamma"))
+    assert list(summary(point, "rho").index) == ["rho"]
+    # Laplace: independent draws, so mean, sd and HDI (ArviZ's own numbers)
+    assert lap_table.attrs["inference"] == "laplace"
+    assert list(lap_table.columns) == ["mean", "sd", "hdi_3%", "hdi_97%"]
+    np.testing.assert_array_equal(
+        lap_table.to_numpy(), az.summary(lap.idata_, var_names=["f", "b", "rho", "lam", "gamma"],
+                                         kind="stats").to_numpy())
+    with pytest.raises(ValueError, match="not in the posterior"):
+        summary(point, ["nope"])
+
+
+def test_summary_of_mcmc_is_az_summary_of_the_identifiable_quantities():
+    rng = np.random.default_rng(3)
+    idata = _idata(rng.normal(size=(2, 100, 5, 1)), tau=rng.gamma(3.0, size=(2, 100, 2)),
+                   W=rng.normal(size=(2, 100, 4, 3)))
+    table = summary(idata)
+    assert table.attrs["inference"] == "mcmc"
+    expected = az.summary(idata, var_names=["f", "tau"])
+    assert list(table.index) == list(expected.index)  # W, a latent, is left out
+    np.testing.assert_array_equal(table.to_numpy(), expected.to_numpy())
+
+
+def test_wall_time_summary_nests_the_recorded_timings():
+    idata = _idata(np.zeros((2, 5, 3, 1)))
+    assert wall_time_summary(idata) is None
+    assert wall_time_summary(idata, 2.5) == "2.5 s whole fit"
+    idata.posterior.attrs.update(sampling_seconds=11.87, sampling_time=4.63)
+    line = wall_time_summary(idata, 13.7)
+    assert line == ("13.7 s whole fit = 11.9 s in pm.sample (4.6 s tuning and drawing, 7.2 s "
+                    "compiling, starting the chain processes and collecting the draws) + 1.8 s "
+                    "the rest of fit (validation, model build, diagnostics)")
+    point = _idata(np.zeros((1, 1, 3, 1)))
+    point.posterior.attrs.update(fit_seconds=0.25, selection_seconds=0.125)
+    assert wall_time_summary(point) == ("0.25 s in inference (0.12 s of it choosing "
+                                        "hyper-parameters by marginal likelihood)")
+
+
 # ------------------------------------------------------------------ calibration
 def _ece_reference(outcome, p, n_bins):
     """Σ_b (n_b/n)|mean outcome - mean p| over right-closed equal-width bins."""
@@ -347,6 +402,22 @@ def test_ppc_arithmetic_on_known_probabilities():
         stats.binom(n, 0.7).sf(n - 1), abs=0.002)
 
 
+def test_ppc_reuses_the_callers_probabilities_and_predicts_once():
+    q = np.random.default_rng(2).dirichlet([1.0, 1.0, 1.0], size=(5, 40))
+    est = _FixedProbabilities(q).fit()
+    calls = []
+    est.predict_proba = lambda X: calls.append(X) or q.mean(axis=0)
+    y = np.arange(40) % 3
+    rep = posterior_predictive_check(est, None, y, n_replications=20)
+    assert len(calls) == 1  # predict() would have been a second pass
+    np.testing.assert_array_equal(rep.y_pred, np.argmax(q.mean(axis=0), axis=1))
+    given = posterior_predictive_check(est, None, y, n_replications=20, proba=q.mean(axis=0))
+    assert len(calls) == 1
+    assert given.statistics.equals(rep.statistics)
+    with pytest.raises(ValueError, match="proba must have shape"):
+        posterior_predictive_check(est, None, y, proba=q.mean(axis=0)[:, :2])
+
+
 def test_ppc_pvalues_uniform_under_an_exact_posterior_and_not_when_misspecified():
     rng = np.random.default_rng(9)
     good, bad = [], []
@@ -441,6 +512,15 @@ def test_m3lak_view_relevance_finds_the_noise_view(lvm_fit):
     assert ard["ard_1"] >= ard["ard_2"]
     fig = plot_view_relevance(est)
     assert len(fig.axes) == 5  # three bar panels, the heat map and its colour bar
+    # one view's τ at 1e7 would flatten the others to nothing: that panel goes logarithmic
+    narrow, wide = rel.copy(), rel.copy()
+    narrow["tau"] = np.linspace(1.0, 50.0, len(rel))
+    wide.loc["view2", "tau"] = 1.4e7
+    assert plot_view_relevance(narrow).axes[1].get_xscale() == "linear"
+    tau_axis = plot_view_relevance(wide).axes[1]
+    assert tau_axis.get_xscale() == "log" and tau_axis.get_title() == "tau (log scale)"
+    assert 0 < tau_axis.get_xlim()[0] < wide["tau"].min()  # every bar starts inside the axis
+    plt.close("all")
 
 
 def test_rhotmvrkm_draws_follow_its_gaussian_predictive():
@@ -566,6 +646,21 @@ def test_report_for_each_estimator_opens_in_a_browser(name, lvm_fit, tmp_path):
     assert f"bayesmv report: {name}" in dom and dom.count("<img") == len(images)
     console = [line for line in log.splitlines() if ":CONSOLE" in line]
     assert not console, console
+
+
+def test_report_names_views_and_keeps_tables_inside_the_page(tmp_path):
+    X, y = _two_views(100, seed=5)
+    X_train = check_views([x[:60] for x in X], view_names=["shape", "colour"])
+    est = RhoTMVRKM(rho=0.5, lam=0.5, gamma="scale", random_seed=0).fit(X_train, y[:60])
+    assert list(est.idata_.posterior["gamma"].coords["view"].values) == ["shape", "colour"]
+    path = write_report(est, [x[60:] for x in X], y[60:], tmp_path / "r.html", fit_seconds=0.5)
+    text = path.read_text(encoding="utf-8")
+    assert "shape (3), colour (2)" in text
+    assert "0.50 s whole fit" in text
+    # every table sits in a box that scrolls sideways rather than widening the page
+    tables = re.findall(r"<table", text)
+    wrapped = re.findall(r"<div class='bayesmv-scroll'[^>]*>\s*<table", text)
+    assert len(tables) == len(wrapped) >= 4
 
 
 def test_wilson_interval_agrees_with_the_cli_formula():

@@ -192,7 +192,7 @@ def test_hybrid_and_nuts_target_the_same_posterior():
                                  view_latent_dim=1, noise=0.3, random_state=0)
     X_train, X_test = [x[:30] for x in X], [x[30:36] for x in X]
     summaries = {}
-    for sampler, draws in (("hybrid", 500), ("nuts", 250)):
+    for sampler, draws in (("hybrid", 500), ("nuts", 400)):
         est = M3LAK(latent_dim=2, n_features=5, view_latent_dim=1, n_components=3,
                     sampler=sampler, draws=draws, tune=draws, chains=2, cores=1,
                     random_seed=3, max_predict_draws=10**6)

@@ -85,13 +85,19 @@ class GaussianSpectral(Component):
     def prior_scale(self, draw: dict, m: int) -> np.ndarray:
         return np.full(m, self.scale(m))
 
-    def rescale(self, draw: dict, c: float) -> tuple[dict, float]:
+    def rescale(self, draw: dict, c) -> tuple[dict, float | np.ndarray]:
         """Scale the frequencies by c; return the scaled draw's spectral parameters and the
-        log of [prior ratio × Jacobian] of the move Ω → cΩ (see BetaLambdaGibbs)."""
+        log of [prior ratio × Jacobian] of the move Ω → cΩ (see BetaLambdaGibbs).
+
+        ``c`` is one number, or one per latent dimension (scaling Ω's columns); the log ratio
+        is then one per column.
+        """
         Omega = draw["Omega"]
+        c = np.asarray(c, dtype=float)
         s2 = self.scale(Omega.shape[1]) ** 2
-        log_ratio = -0.5 * (c**2 - 1.0) * float(np.sum(Omega**2)) / s2 + Omega.size * np.log(c)
-        return {}, log_ratio
+        per_column = (-0.5 * (c**2 - 1.0) * np.sum(Omega**2, axis=0) / s2
+                      + Omega.shape[0] * np.log(c))
+        return {}, per_column if c.ndim else float(np.sum(per_column))
 
 
 class DPMixtureSpectral(Component):
@@ -175,17 +181,21 @@ class DPMixtureSpectral(Component):
         grad = -np.einsum("jk,jkd->jd", resp, (Omega[:, None, :] - mu[None]) / sigma2[None])
         return float(total.sum()), grad
 
-    def rescale(self, draw: dict, c: float) -> tuple[dict, float]:
+    def rescale(self, draw: dict, c) -> tuple[dict, float | np.ndarray]:
         """Joint move (Ω, μ, σ²) → (cΩ, cμ, c²σ²): new (μ, σ²) and log[prior ratio × Jacobian].
 
         The mixture density of Ω is invariant up to c^{-Mm}, which cancels Ω's Jacobian c^{Mm};
         what remains per (k, d) is the normal–inverse-gamma base measure's change plus the
-        Jacobian c³ of (μ, σ²): ``-2 a₀ log c - b₀ (c⁻² - 1) / σ²``.
+        Jacobian c³ of (μ, σ²): ``-2 a₀ log c - b₀ (c⁻² - 1) / σ²``.  The components are
+        diagonal, so ``c`` may also be one factor per latent dimension d (scaling column d of
+        Ω, μ and σ²); the log ratio is then one per column.
         """
+        c = np.asarray(c, dtype=float)
         sigma2 = draw["dp_sigma2"]
-        log_ratio = float(np.sum(-2.0 * self.a0 * np.log(c)
-                                 - self.b0(sigma2.shape[1]) * (c**-2 - 1.0) / sigma2))
-        return {"dp_mu": c * draw["dp_mu"], "dp_sigma2": c**2 * sigma2}, log_ratio
+        per_column = np.sum(-2.0 * self.a0 * np.log(c)
+                            - self.b0(sigma2.shape[1]) * (c**-2 - 1.0) / sigma2, axis=0)
+        updates = {"dp_mu": c * draw["dp_mu"], "dp_sigma2": c**2 * sigma2}
+        return updates, per_column if c.ndim else float(np.sum(per_column))
 
     def prior_scale(self, draw: dict, m: int) -> np.ndarray:
         """Per-dimension standard deviation of the current mixture (a mass-matrix scale)."""

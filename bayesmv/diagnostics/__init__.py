@@ -12,6 +12,7 @@ from bayesmv.diagnostics.convergence import (
     ConvergenceWarning,
     check_convergence,
     inference_kind,
+    summary,
 )
 from bayesmv.diagnostics.plots import (
     plot_decision_intervals,
@@ -38,5 +39,6 @@ __all__ = [
     "plot_view_relevance",
     "posterior_predictive_check",
     "report",
+    "summary",
     "wilson_interval",
 ]

@@ -181,10 +181,23 @@ class ConvergenceReport:
         if len(self.table):
             parts.append(f"<p>Thresholds: R-hat &lt; {self.r_hat_max:g}, bulk and tail ESS "
                          f"&ge; {self.ess_min:.0f}. Worst value per variable:</p>")
-            parts.append(self.by_variable.to_html(float_format=lambda x: f"{x:.3g}",
-                                                  classes="bayesmv-table"))
+            parts.append(frame_html(self.by_variable, float_format=lambda x: f"{x:.3g}"))
         parts.append("</div>")
         return "".join(parts)
+
+
+def scrollable(table_html: str) -> str:
+    """Wrap an HTML table so that, when wider than the page, it scrolls sideways by itself
+    instead of widening the page (inline style: it must work in notebooks too)."""
+    return f"<div class='bayesmv-scroll' style='max-width:100%;overflow-x:auto'>{table_html}</div>"
+
+
+def frame_html(frame: pd.DataFrame, float_format=None) -> str:
+    """``frame`` as a scrollable bayesmv table, its index name in the top-left corner
+    rather than on a header row of its own."""
+    if frame.index.name is not None and frame.columns.name is None:
+        frame = frame.rename_axis(index=None, columns=frame.index.name)
+    return scrollable(frame.to_html(float_format=float_format, classes="bayesmv-table"))
 
 
 def _judged_dataset(idata, var_names) -> tuple[xr.Dataset, tuple[str, ...]]:
@@ -294,9 +307,10 @@ def check_convergence(fitted_or_idata, var_names=None, *, r_hat_max: float = 1.0
 
     table, locations = _empty_table(), {}
     if judged:
-        with _quiet_arviz(n_chains < 2):  # ArviZ logs that one chain has no R-hat; we say so
-            summary = az.summary(selected[judged], kind="diagnostics", round_to="none")
-        table = summary[COLUMNS].astype(float)
+        # ArviZ logs that one chain has no R-hat; we say so
+        with _quiet_arviz(n_chains < 2), without_numba():
+            arviz_table = az.summary(selected[judged], kind="diagnostics", round_to="none")
+        table = arviz_table[COLUMNS].astype(float)
         table["variable"] = [label.split("[", 1)[0] for label in table.index]
         locations = _locations(idata, selected, judged, list(table.index))
         drop = np.concatenate([constant[v] for v in judged])
@@ -337,9 +351,83 @@ def check_convergence(fitted_or_idata, var_names=None, *, r_hat_max: float = 1.0
                              locations={k: locations[k] for k in table.index})
 
 
+def summary(fitted_or_idata, var_names=None, **kwargs) -> pd.DataFrame:
+    """Posterior summary of a fit, sensible for every kind of fit (MCMC, Laplace, MAP).
+
+    For MCMC fits this is ``az.summary(idata, var_names=...)``.  Laplace draws are
+    independent draws of one "chain", where ESS and R-hat measure nothing (ArviZ would also
+    warn that one chain is too few), so their default is ``kind="stats"``: mean, sd and HDI.
+    A MAP fit keeps its point estimate as a posterior of one chain of one draw, on which
+    ``az.summary`` warns about the shape and fills sd, HDI, MCSE, ESS and R-hat with NaN; its
+    summary here is one column, ``map``, of point values, with ArviZ's row labels.
+
+    Parameters
+    ----------
+    fitted_or_idata : fitted estimator (its ``idata_``) or arviz.InferenceData
+    var_names : str or sequence of str, optional
+        Posterior variables to summarise.  Default: the identifiable ones present (decision
+        values ``f``, biases, ``τ``, hyper-parameters; see :func:`check_convergence`), not
+        the rotation-invariant latents, which can run to thousands of entries and whose
+        summaries mean little.
+    **kwargs
+        Passed to ``az.summary`` (fits with draws only), e.g. ``kind="stats"``,
+        ``hdi_prob=0.9``.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per scalar quantity; ``attrs["inference"]`` is the kind of fit.
+    """
+    from arviz.labels import BaseLabeller
+    from arviz.sel_utils import xarray_var_iter
+
+    idata = getattr(fitted_or_idata, "idata_", fitted_or_idata)
+    post = idata.posterior
+    kind = inference_kind(idata)
+    if var_names is None:
+        names = [v for v in IDENTIFIABLE if v in post] or list(post.data_vars)
+    else:
+        names = [var_names] if isinstance(var_names, str) else list(var_names)
+        unknown = [v for v in names if v not in post]
+        if unknown:
+            raise ValueError(f"var_names {unknown} are not in the posterior; it holds "
+                             f"{sorted(post.data_vars)}")
+    if kind != "map":
+        if kind == "laplace":
+            kwargs.setdefault("kind", "stats")
+        with without_numba():
+            table = az.summary(idata, var_names=names, **kwargs)
+    else:
+        point = post[names].isel(chain=0, draw=0)
+        labeller = BaseLabeller()
+        labels, values = [], []
+        for var, sel, isel, value in xarray_var_iter(point, combined=True):
+            labels.append(labeller.make_label_flat(var, sel, isel))
+            values.append(float(value))
+        table = pd.DataFrame({"map": values}, index=labels)
+    table.attrs["inference"] = kind
+    return table
+
+
 def _empty_table() -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype=float) for c in COLUMNS}
                         | {"variable": pd.Series(dtype=object)})
+
+
+@contextlib.contextmanager
+def without_numba():
+    """Run ArviZ's statistics in NumPy rather than Numba for the duration of the block.
+
+    ArviZ JIT-compiles its KDE and variance helpers on first use when Numba is installed,
+    which costs seconds per process (up to ~6 s for the trace plot's densities) and buys
+    nothing on a few hundred draws; the flag is ArviZ's own and is restored afterwards.
+    """
+    flag = az.Numba.numba_flag
+    az.Numba.numba_flag = False
+    try:
+        yield
+    finally:
+        az.Numba.numba_flag = flag
 
 
 @contextlib.contextmanager

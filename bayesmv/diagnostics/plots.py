@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from bayesmv.diagnostics.convergence import ConvergenceReport, check_convergence
+from bayesmv.diagnostics.convergence import ConvergenceReport, check_convergence, without_numba
 from bayesmv.diagnostics.ppc import PPCReport
 
 __all__ = ["plot_decision_intervals", "plot_rank", "plot_reliability", "plot_trace",
@@ -80,7 +80,8 @@ def plot_trace(fitted_or_idata, var_names=None, *, max_quantities: int = 4,
     import arviz as az
 
     data, _ = _judged(fitted_or_idata, var_names, report, max_quantities)
-    axes = az.plot_trace(data, compact=False, figsize=(10, 1.9 * len(data.data_vars) + 0.6))
+    with without_numba():
+        axes = az.plot_trace(data, compact=False, figsize=(10, 1.9 * len(data.data_vars) + 0.6))
     fig = np.ravel(axes)[0].figure
     fig.suptitle("Trace of the judged quantities with the largest R-hat", y=1.0)
     fig.tight_layout()
@@ -104,7 +105,8 @@ def plot_rank(fitted_or_idata, var_names=None, *, max_quantities: int = 4,
     plt = _pyplot()
     fig, axes = plt.subplots(1, len(labels), figsize=(3.2 * len(labels) + 0.5, 2.8),
                              squeeze=False)
-    az.plot_rank(data, ax=axes[0])
+    with without_numba():
+        az.plot_rank(data, ax=axes[0])
     fig.suptitle("Rank plots of the judged quantities with the largest R-hat")
     fig.tight_layout()
     return fig
@@ -216,6 +218,7 @@ def plot_view_relevance(estimator_or_frame):
 
     One horizontal bar panel per relevance column (``attrs["bars"]``, default: every numeric
     column) and, when the frame names one in ``attrs["heatmap"]``, a view-by-column heat map.
+    A column of positive values spanning more than two powers of ten is drawn on a log scale.
 
     Parameters
     ----------
@@ -248,10 +251,19 @@ def plot_view_relevance(estimator_or_frame):
     y = np.arange(len(views))
     for ax, col in zip(axes[0], bars, strict=False):
         values = df[col].to_numpy(dtype=float)
-        ax.barh(y, np.nan_to_num(values), color="C0")
+        log = _wants_log_scale(values)
+        if log:
+            # bars need a finite left edge on a log axis: start them a little below the
+            # smallest value, so that every view's bar is visible
+            left = 10 ** np.floor(np.log10(np.nanmin(values)) - 0.5)
+            ax.barh(y, values - left, left=left, color="C0")
+            ax.set_xscale("log")
+            ax.set_xlim(left=left)
+        else:
+            ax.barh(y, np.nan_to_num(values), color="C0")
         ax.set_yticks(y, views if ax is axes[0, 0] else [""] * len(views))
         ax.invert_yaxis()
-        ax.set_title(col, fontsize=10)
+        ax.set_title(f"{col} (log scale)" if log else col, fontsize=10)
         if col in descriptions:
             ax.set_xlabel(_wrap(descriptions[col], 38), fontsize=7)
     if heat_cols:
@@ -268,6 +280,16 @@ def plot_view_relevance(estimator_or_frame):
         fig.suptitle(title, fontsize=11)
     fig.tight_layout()
     return fig
+
+
+def _wants_log_scale(values: np.ndarray, decades: float = 2.0) -> bool:
+    """Whether positive values span more than ``decades`` powers of ten, so that on a linear
+    axis the largest would flatten the others to nothing (M3LAK's τ of a near-noiseless view
+    can be 1e7 next to values near 1)."""
+    finite = values[np.isfinite(values)]
+    if len(finite) < 2 or np.any(finite <= 0):
+        return False
+    return bool(np.log10(finite.max() / finite.min()) > decades)
 
 
 def _wrap(text: str, width: int) -> str:

@@ -19,6 +19,8 @@ import pandas as pd
 from sklearn.calibration import calibration_curve
 from sklearn.metrics import brier_score_loss, log_loss
 
+from bayesmv.diagnostics.convergence import frame_html
+
 #: a p-value outside [EXTREME, 1 - EXTREME] is reported
 EXTREME = 0.025
 
@@ -179,12 +181,11 @@ class PPCReport:
         return (f"<div class='bayesmv-ppc'><p><b>PPCReport: {'OK' if self.ok else 'CHECK'}</b>"
                 f" ({self.n_samples} rows, {self.n_replications} replications from "
                 f"{self.n_draws} posterior draws)</p>"
-                + self.statistics.to_html(float_format=lambda x: f"{x:.3f}",
-                                          classes="bayesmv-table")
+                + frame_html(self.statistics, float_format=lambda x: f"{x:.3f}")
                 + (f"<ul>{items}</ul>" if items else "")
                 + f"<p>Calibration of {html.escape(c.target)}:</p>"
-                + c.as_series().to_frame("value").to_html(float_format=lambda x: f"{x:.4f}",
-                                                          classes="bayesmv-table")
+                + frame_html(c.as_series().to_frame("value"),
+                             float_format=lambda x: f"{x:.4f}")
                 + "</div>")
 
 
@@ -203,7 +204,8 @@ def _statistics(labels: np.ndarray, pred: np.ndarray, n_classes: int) -> dict[st
 
 def posterior_predictive_check(estimator, X, y, *, n_replications: int = 1000,
                                n_bins: int = 10,
-                               random_state: int | np.random.Generator | None = 0) -> PPCReport:
+                               random_state: int | np.random.Generator | None = 0,
+                               proba: np.ndarray | None = None) -> PPCReport:
     """Posterior predictive check and calibration of a fitted classifier on (X, y).
 
     For each replication r a posterior draw s (cycling through the draws) gives class
@@ -227,6 +229,9 @@ def posterior_predictive_check(estimator, X, y, *, n_replications: int = 1000,
         Bins of the reliability curve and the expected calibration error.
     random_state : int, Generator or None, default 0
         Seed of the replications.
+    proba : ndarray of shape (n_samples, n_classes), optional
+        ``estimator.predict_proba(X)``, when the caller has it already (for M3LAK computing it
+        is a pass over every posterior draw); by default it is computed here.
 
     Returns
     -------
@@ -243,8 +248,16 @@ def posterior_predictive_check(estimator, X, y, *, n_replications: int = 1000,
         raise ValueError("class probability draws must be non-negative and sum to 1 per row")
     S, n, K = q.shape
     idx = _label_indices(y, classes, n)
-    proba = np.asarray(estimator.predict_proba(X), dtype=float)
-    pred_labels = np.asarray(estimator.predict(X))
+    proba = np.asarray(estimator.predict_proba(X) if proba is None else proba, dtype=float)
+    if proba.shape != (n, K):
+        raise ValueError(f"proba must have shape {(n, K)} (predict_proba of X), got "
+                         f"{proba.shape}")
+    if _predicts_by_argmax(estimator):
+        # the same labels predict(X) would give, without computing predict_proba(X) again
+        # (for M3LAK that is a pass over every posterior draw)
+        pred_labels = classes[np.argmax(proba, axis=1)]
+    else:
+        pred_labels = np.asarray(estimator.predict(X))
     pred = _label_indices(pred_labels, classes, n)
 
     rng = np.random.default_rng(random_state)
@@ -294,6 +307,14 @@ def posterior_predictive_check(estimator, X, y, *, n_replications: int = 1000,
                      accuracy=float(np.mean(pred == idx)), n_samples=n, n_draws=S,
                      n_replications=R, classes=classes, warnings=messages,
                      y_rep=classes[y_rep], y_pred=pred_labels)
+
+
+def _predicts_by_argmax(estimator) -> bool:
+    """Whether ``predict`` is the base class's ``classes_[argmax(predict_proba)]``."""
+    from bayesmv.models.base import MultiViewClassifier
+
+    predict = getattr(type(estimator), "predict", None)
+    return predict is MultiViewClassifier.predict
 
 
 def _readable(name: str, classes: np.ndarray) -> str:

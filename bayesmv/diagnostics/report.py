@@ -20,21 +20,34 @@ import pandas as pd
 from scipy.stats import binomtest
 from sklearn.metrics import confusion_matrix
 
-from bayesmv.diagnostics.convergence import check_convergence
+from bayesmv.diagnostics.convergence import (
+    ConvergenceReport,
+    check_convergence,
+    frame_html,
+    scrollable,
+)
 from bayesmv.diagnostics.ppc import posterior_predictive_check
 
-__all__ = ["report", "wilson_interval"]
+__all__ = ["report", "wall_time_summary", "wilson_interval"]
 
+# Everything must fit a 1280 px window: the page is at most 1100 px wide, long cells wrap,
+# and a table wider than the page scrolls inside its own box (scrollable) instead.
 _CSS = """
 body{font-family:system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;margin:2em auto;
 max-width:1100px;padding:0 1em;color:#1f2328;line-height:1.45}
 h1{font-size:1.6em;margin-bottom:0.2em} h2{border-bottom:1px solid #d0d7de;padding-bottom:.2em;
 margin-top:1.8em} .muted{color:#59636e;font-size:.9em}
+.bayesmv-scroll{max-width:100%;overflow-x:auto}
 table.bayesmv-table{border-collapse:collapse;margin:.6em 0;font-size:.9em}
 table.bayesmv-table th,table.bayesmv-table td{border:1px solid #d0d7de;padding:3px 8px;
-text-align:right} table.bayesmv-table th{background:#f6f8fa}
-.summary{display:flex;gap:1em;flex-wrap:wrap}
-.card{border:1px solid #d0d7de;border-radius:6px;padding:.6em 1em;min-width:14em}
+text-align:right;font-variant-numeric:tabular-nums} table.bayesmv-table th{background:#f6f8fa}
+table.kv th,table.kv td{text-align:left;vertical-align:top} table.kv th{white-space:nowrap}
+table.kv td{overflow-wrap:anywhere}
+ul.params{columns:15em auto;column-gap:2em;list-style:none;padding:0;margin:.4em 0;
+font-size:.9em} ul.params li{break-inside:avoid;overflow-wrap:anywhere}
+ul.params code{color:#59636e}
+.summary{display:grid;grid-template-columns:repeat(auto-fit,minmax(13em,1fr));gap:1em}
+.card{border:1px solid #d0d7de;border-radius:6px;padding:.6em 1em}
 .ok{color:#1a7f37;font-weight:600} .bad{color:#b42318;font-weight:600}
 figure{margin:1em 0} figure img{max-width:100%;height:auto;border:1px solid #eee}
 figcaption{font-size:.85em;color:#59636e} .error{color:#b42318}
@@ -53,7 +66,9 @@ def _figure_html(fig, caption: str) -> str:
 
     buf = io.BytesIO()
     try:
-        fig.savefig(buf, format="png", dpi=80, bbox_inches="tight")
+        # the figures lay themselves out (tight_layout); bbox_inches="tight" would draw each
+        # one a second time to measure it, a third of the report's plotting time
+        fig.savefig(buf, format="png", dpi=80)
     finally:
         plt.close(fig)
     data = base64.b64encode(buf.getvalue()).decode("ascii")
@@ -75,10 +90,16 @@ def _try_figure(make, caption: str, failures: list[str]) -> str:
 
 
 def _kv_table(rows: dict[str, Any]) -> str:
-    body = "".join(f"<tr><th style='text-align:left'>{html.escape(str(k))}</th>"
-                   f"<td style='text-align:left'>{html.escape(_fmt(v))}</td></tr>"
+    body = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(_fmt(v))}</td></tr>"
                    for k, v in rows.items())
-    return f"<table class='bayesmv-table'>{body}</table>"
+    return scrollable(f"<table class='bayesmv-table kv'>{body}</table>")
+
+
+def _params_list(params: dict[str, Any]) -> str:
+    # a few dozen short name = value pairs: in columns they take a few lines, not a page
+    items = "".join(f"<li><code>{html.escape(str(k))}</code> = {html.escape(_fmt(v))}</li>"
+                    for k, v in params.items())
+    return f"<ul class='params'>{items}</ul>"
 
 
 def _fmt(v: Any) -> str:
@@ -89,14 +110,72 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def _timings(idata) -> dict[str, Any]:
-    out = {}
-    for key, value in idata.posterior.attrs.items():
-        if ("seconds" in key or key in ("sampling_time", "tuning_steps")) \
-                and isinstance(value, int | float | np.number):
-            name = key.replace("_", " ")
-            out[name] = f"{float(value):.2f} s" if key != "tuning_steps" else int(value)
-    return out
+def _seconds(attrs, key: str) -> float | None:
+    value = attrs.get(key)
+    if isinstance(value, int | float | np.number) and np.isfinite(value):
+        return float(value)
+    return None
+
+
+def _s(seconds: float) -> str:
+    return f"{seconds:.1f} s" if seconds >= 1 else f"{seconds:.2f} s"
+
+
+def wall_time_summary(idata, fit_seconds: float | None = None) -> str | None:
+    """One line on where a fit's wall time went, from the timings in ``posterior.attrs``.
+
+    The models record the wall time of their inference call (``sampling_seconds``: the
+    ``pm.sample`` call or a MAP solve; ``fit_seconds``: the whole inference), PyMC records
+    its sampling loop (``sampling_time``: tuning and drawing only), and
+    :func:`bayesmv.distributed.sample_chains` the time on the cluster
+    (``distributed_seconds``, ``chain_seconds``).  They nest, so they are shown as one
+    breakdown rather than as separate figures that look like rival measurements.
+
+    Parameters
+    ----------
+    idata : arviz.InferenceData
+    fit_seconds : float, optional
+        Wall time of the whole ``fit`` call, measured by the caller.
+
+    Returns
+    -------
+    str or None
+        e.g. ``"13.7 s whole fit = 11.9 s in pm.sample (4.6 s tuning and drawing, 7.3 s
+        compiling, starting the chain processes and collecting the draws) + 1.8 s the rest of
+        fit (validation, model build, diagnostics)"``; None when nothing was recorded.
+    """
+    attrs = idata.posterior.attrs
+    drawing = _seconds(attrs, "sampling_time")  # PyMC's: its tuning + draw loop only
+    distributed = _seconds(attrs, "distributed_seconds")
+    if distributed is not None:
+        chains = attrs.get("chain_seconds")
+        per_chain = ""
+        if chains is not None and np.size(chains):
+            per_chain = (" (each chain task, model build and compilation included: "
+                         + ", ".join(_s(float(c)) for c in np.ravel(chains)) + ")")
+        inner = f"{_s(distributed)} sampling the chains as Dask tasks{per_chain}"
+        call = distributed
+    else:
+        call = _seconds(attrs, "sampling_seconds")
+        if call is None:
+            call = _seconds(attrs, "fit_seconds")
+        if call is None:
+            return f"{_s(fit_seconds)} whole fit" if fit_seconds is not None else None
+        if drawing is not None and drawing <= call:
+            inner = (f"{_s(call)} in pm.sample ({_s(drawing)} tuning and drawing, "
+                     f"{_s(call - drawing)} compiling, starting the chain processes and "
+                     "collecting the draws)")
+        else:
+            selection = _seconds(attrs, "selection_seconds")
+            of_which = (f" ({_s(selection)} of it choosing hyper-parameters by marginal "
+                        "likelihood)" if selection else "")
+            inner = f"{_s(call)} in inference{of_which}"
+    if fit_seconds is None:
+        return inner
+    if fit_seconds >= call:
+        return (f"{_s(fit_seconds)} whole fit = {inner} + {_s(fit_seconds - call)} the rest "
+                "of fit (validation, model build, diagnostics)")
+    return f"{_s(fit_seconds)} whole fit; {inner}"
 
 
 def _training_summary(est) -> dict[str, Any]:
@@ -118,7 +197,8 @@ def _training_summary(est) -> dict[str, Any]:
 
 
 def report(estimator, X_test, y_test, path: str | Path, *, title: str | None = None,
-           extra: dict[str, Any] | None = None, n_replications: int = 1000,
+           extra: dict[str, Any] | None = None, fit_seconds: float | None = None,
+           proba: np.ndarray | None = None, n_replications: int = 1000,
            random_state: int | None = 0) -> Path:
     """Write one self-contained HTML report of a fitted classifier on test data.
 
@@ -138,6 +218,12 @@ def report(estimator, X_test, y_test, path: str | Path, *, title: str | None = N
     title : str, optional
     extra : dict, optional
         More ``name: value`` lines for the fit section (e.g. a baseline's score).
+    fit_seconds : float, optional
+        Wall time of the whole ``fit`` call, when the caller measured it: the fit section
+        then splits it into model building and inference (:func:`wall_time_summary`).
+    proba : ndarray of shape (n_samples, n_classes), optional
+        ``estimator.predict_proba(X_test)``, when the caller has it already (saves computing
+        it again).
     n_replications : int, default 1000
         Replicated label vectors of the posterior predictive check.
     random_state : int or None, default 0
@@ -163,10 +249,12 @@ def report(estimator, X_test, y_test, path: str | Path, *, title: str | None = N
     name = type(estimator).__name__
     title = title or f"bayesmv report: {name}"
     y_test = np.asarray(y_test)
-    conv = check_convergence(estimator)
+    conv = getattr(estimator, "convergence_", None)
+    if not isinstance(conv, ConvergenceReport):  # fits without one, and loaded models
+        conv = check_convergence(estimator)
     kind = conv.inference
     ppc = posterior_predictive_check(estimator, X_test, y_test, n_replications=n_replications,
-                                     random_state=random_state)
+                                     random_state=random_state, proba=proba)
     n = len(y_test)
     pred = ppc.y_pred  # the predictions the check already made
     correct = int(np.sum(pred == y_test))
@@ -205,12 +293,12 @@ def report(estimator, X_test, y_test, path: str | Path, *, title: str | None = N
 
     # --------------------------------------------------------------- fit
     fit_rows: dict[str, Any] = {"estimator": name, "inference": kind}
-    fit_rows.update(_timings(estimator.idata_))
+    wall = wall_time_summary(estimator.idata_, fit_seconds)
+    if wall is not None:
+        fit_rows["wall time"] = wall
     fit_rows.update(extra or {})
-    params = pd.Series({k: _fmt(v) for k, v in estimator.get_params(deep=False).items()},
-                       name="value", dtype=object)
     parts.append("<h2>Fit</h2>" + _kv_table(fit_rows) + "<p>Parameters:</p>"
-                 + params.to_frame().to_html(classes="bayesmv-table"))
+                 + _params_list(estimator.get_params(deep=False)))
 
     # ------------------------------------------------------- convergence
     parts.append("<h2>Convergence</h2>" + conv._repr_html_())
@@ -230,7 +318,7 @@ def report(estimator, X_test, y_test, path: str | Path, *, title: str | None = N
     parts.append(
         f"<h2>Test performance</h2><p>Accuracy <b>{correct / n:.4f}</b> ({correct} of {n} "
         f"rows), 95 % Wilson interval [{lo:.4f}, {hi:.4f}].</p>"
-        + cm.to_html(classes="bayesmv-table"))
+        + frame_html(cm))
 
     # --------------------------------------------------- PPC, calibration
     parts.append(
@@ -255,11 +343,19 @@ def report(estimator, X_test, y_test, path: str | Path, *, title: str | None = N
         descriptions = relevance.attrs.get("description", {})
         if relevance.attrs.get("title"):
             parts.append(f"<p>{esc(relevance.attrs['title'])}</p>")
-        parts.append(relevance.to_html(float_format=lambda x: f"{x:.4g}",
-                                       classes="bayesmv-table"))
+        heat_title, heat_cols = relevance.attrs.get("heatmap", (None, []))
+        shown = relevance.drop(columns=list(heat_cols))
+        # three significant digits are plenty for a relevance, and keep the columns narrow
+        parts.append(frame_html(shown, float_format=lambda x: f"{x:.3g}"))
         if descriptions:
             parts.append("<ul>" + "".join(f"<li><b>{esc(str(k))}</b>: {esc(str(v))}</li>"
                                           for k, v in descriptions.items()) + "</ul>")
+        if len(heat_cols):
+            # one column per latent dimension would overflow the page: the heat map shows them
+            parts.append(f"<p class='muted'>{esc(heat_title or 'Further columns')} "
+                         f"({esc(', '.join(map(str, heat_cols[:1])))} … "
+                         f"{esc(str(heat_cols[-1]))}): in the heat map below, and in "
+                         "<code>view_relevance()</code>.</p>")
         parts.append(_try_figure(lambda: plot_view_relevance(relevance), "View relevance",
                                  failures))
 

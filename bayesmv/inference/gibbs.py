@@ -49,7 +49,7 @@ def sample_lambda(a: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return np.maximum(lam, _LAMBDA_FLOOR)
 
 
-def _beta_precision_and_linear(Phi, y, lam, C, v) -> tuple[np.ndarray, np.ndarray]:
+def beta_precision_and_linear(Phi, y, lam, C, v) -> tuple[np.ndarray, np.ndarray]:
     """Cholesky factor of β's conditional precision and its linear term (paper eq. 1).
 
     ``v`` is the prior precision: one number for every coefficient, or one per coefficient
@@ -69,7 +69,7 @@ def beta_conditional(Phi: np.ndarray, y: np.ndarray, lam: np.ndarray, C: float,
     (0 gives that coefficient a flat prior; the precision stays positive definite as long as
     the data pin that direction, e.g. a bias column of ones).
     """
-    chol, lin = _beta_precision_and_linear(Phi, y, lam, C, v)
+    chol, lin = beta_precision_and_linear(Phi, y, lam, C, v)
     return linalg.cho_solve((chol, True), lin), chol
 
 
@@ -123,7 +123,7 @@ def collapsed_log_marginal(Phi: np.ndarray, targets: np.ndarray, lams: list, C: 
     """
     total, conditionals = 0.0, []
     for t, lam in enumerate(lams):
-        chol, b = _beta_precision_and_linear(Phi, targets[:, t], lam, C, v)
+        chol, b = beta_precision_and_linear(Phi, targets[:, t], lam, C, v)
         mean = linalg.cho_solve((chol, True), b)
         total += 0.5 * float(b @ mean) - float(np.sum(np.log(np.diag(chol))))
         conditionals.append((mean, chol))

@@ -251,3 +251,4 @@ class FrequencyHMC(_HMCStep):
             self.adapt.update(accept_prob)
         return new, [{"step_size": eps, "accept": accept_prob, "n_steps": n_steps,
                       "diverging": bool(log_ratio < -self.max_energy_error)}]
+

@@ -18,6 +18,7 @@ from threadpoolctl import threadpool_limits
 
 from bayesmv.builder import BuiltModel
 from bayesmv.inference.gibbs import BetaLambdaGibbs, DPMixtureGibbs, LatentVariableGibbs
+from bayesmv.inference.group_moves import LatentScaleMove
 from bayesmv.inference.hmc import FrequencyHMC, LatentHMC
 from bayesmv.inference.spec import HybridSpec
 
@@ -26,7 +27,8 @@ def hybrid_steps(built: BuiltModel, target_accept: float = 0.8, tune: int = 0) -
     """The paper's sampler (Alg. 1) as PyMC step methods, in the paper's order.
 
     β and λ (exact Gibbs) → Ω and H (HMC, λ and U integrated out) → DP mixture (blocked
-    Gibbs) → U, W, V, r, τ (exact Gibbs).
+    Gibbs) → U, W, V, r, τ (exact Gibbs), then a move of each latent column's scale along
+    the directions the likelihood does not see (:class:`LatentScaleMove`).
     """
     spec = HybridSpec.from_built(built)
     model = built.model
@@ -46,6 +48,8 @@ def hybrid_steps(built: BuiltModel, target_accept: float = 0.8, tune: int = 0) -
     lvm = [value[f"{w}_{v}"] for v in range(n_views) for w in ("W", "V")]
     steps.append(LatentVariableGibbs(lvm + [value["tau_log__"], value["r_log__"]], spec,
                                      model=model))
+    # it also writes H, W, r, Ω and the spectral parameters (a move along a group orbit)
+    steps.append(LatentScaleMove([value["H"]], spec, model=model))
     covered = {v.name for s in steps for v in s.vars}
     missing = set(value) - covered
     if missing:
@@ -339,7 +343,11 @@ def run_sampler(
     if plan is not None and plan.replay is not None:  # draws made elsewhere: build no steps
         return _check_replay(plan.replay, chains, draws, trace_vars)
     seeds, sample_seed = chain_seeds(random_seed, chains)
-    initvals = [built.initial_values(np.random.default_rng(s)) for s in seeds]
+    # the starting points come from an SVD: with a multi-threaded BLAS its round-off depends
+    # on the thread count, and MCMC amplifies any difference, so a chain run in a Dask worker
+    # (one BLAS thread) would leave from another point than the same chain run here
+    with threadpool_limits(limits=1, user_api="blas"):
+        initvals = [built.initial_values(np.random.default_rng(s)) for s in seeds]
     common = dict(draws=draws, tune=tune, chains=chains, var_names=list(trace_vars),
                   progressbar=progressbar, compute_convergence_checks=False,
                   return_inferencedata=True)

@@ -288,6 +288,11 @@ class MVLSVM(MultiViewClassifier):
                                         np.array([fmap.coef_var_, fmap.noise_var_]))
         return xr.Dataset(data)
 
+    def _prediction_constants(self) -> set[str]:
+        # the landmark piece; a Gibbs fit's graph data (the training rows' landmark features)
+        # is training data
+        return set(map(str, self._landmark_dataset(self.feature_map_, self.n_train_).data_vars))
+
     def _set_extra_state(self, state: dict[str, Any]) -> None:
         const = self.idata_.constant_data
         fmap = self._landmark_map()

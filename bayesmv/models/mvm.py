@@ -881,13 +881,17 @@ class MVMRegressor(_MVMCore, RegressorMixin, BaseEstimator):
         return mean, np.sqrt(f.var(axis=0) + noise2) * self.y_scale_
 
     # ---- persistence: the classifiers' file format (bayesmv.load reads it), no classes
-    def save(self, path):
-        """Write the fitted model to one netCDF file (load with ``bayesmv.load``)."""
+    def save(self, path, *, include_training_data: bool = False,
+             max_draws: int | None = None):
+        """Write the fitted model to one netCDF file (load with ``bayesmv.load``); the
+        options are :meth:`MVM.save`'s."""
         self._check_fitted()
         # the format records class labels; a regressor has none (an empty list)
         self.classes_ = np.array([], dtype=float)
         try:
-            return MultiViewClassifier.save(self, path)
+            return MultiViewClassifier.save(self, path,
+                                            include_training_data=include_training_data,
+                                            max_draws=max_draws)
         finally:
             del self.classes_
 
@@ -899,6 +903,10 @@ class MVMRegressor(_MVMCore, RegressorMixin, BaseEstimator):
 
     def _extra_state(self) -> dict[str, Any]:
         return {"y_mean": self.y_mean_, "y_scale": self.y_scale_}
+
+    def _prediction_constants(self) -> set[str]:
+        # as MVM: prediction reads the posterior and ``fit``; constant_data is training data
+        return set()
 
     def _set_extra_state(self, state: dict[str, Any]) -> None:
         if hasattr(self, "classes_"):

@@ -340,6 +340,11 @@ class MVML(MultiViewClassifier):
                 "objective_history": [h.tolist() for h in self.objective_history_],
                 "fit_time": float(self.fit_time_)}
 
+    def _prediction_constants(self) -> set[str]:
+        # MVML builds its constant_data itself (no graph data): the Nyström landmarks,
+        # whiteners and covariance factors, all read by prediction
+        return set(map(str, self.idata_.constant_data.data_vars))
+
     def _set_extra_state(self, extra: dict[str, Any]) -> None:
         const = self.idata_.constant_data
         V = len(self.layout_.view_sizes)
