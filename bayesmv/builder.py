@@ -1,6 +1,6 @@
 """The model-graph builder: representation → feature map → combiner → likelihood.
 
-Every model in bayesmv is one ``pm.Model`` assembled from four pieces (DESIGN §1).  Each piece
+Every model in bayesmv is one ``pm.Model`` assembled from four pieces.  Each piece
 is a :class:`~bayesmv.components.base.Component` with
 
 * ``build(ctx, ...)`` adding its random variables and potentials to the open model and

@@ -35,10 +35,28 @@ def one_dim_model():
 
 
 def _features(h, Omega):
-    S = np.outer(h, Omega[:, 0])
+    """φ̃(h) = [cos Ωh, sin Ωh, √M] / √M for latent rows h of shape (k, m)."""
+    S = h @ Omega.T
     M = Omega.shape[0]
     return np.concatenate([np.cos(S), np.sin(S), np.full((len(h), 1), np.sqrt(M))],
                           axis=1) / np.sqrt(M)
+
+
+def _row_log_density(spec, nat, row, h):
+    """log p(h_row | everything else) up to a constant, for k candidate rows h (k, m): the
+    N(0, I) prior, every observed view with U_v integrated out (x | h ~ N(W h, V Vᵀ + I/τ))
+    and the hinge of that row's decision value."""
+    total = stats.norm.logpdf(h).sum(axis=1)
+    for v, (Xv, obs) in enumerate(zip(spec.views, spec.observed_index, strict=True)):
+        if row not in obs:
+            continue
+        x = Xv[list(obs).index(row)]
+        W, V, tau = nat[f"W_{v}"], nat[f"V_{v}"], nat["tau"][v]
+        cov = V @ V.T + np.eye(len(x)) / tau
+        total = total + stats.multivariate_normal(np.zeros(len(x)), cov).logpdf(
+            x[None, :] - h @ W.T)
+    f = _features(h, nat["Omega"]) @ nat["beta"][0]
+    return total + _hinge(f, spec.targets[row, 0], spec.C)
 
 
 def _hinge(f, y, C):
@@ -75,17 +93,7 @@ def test_latent_hmc_samples_the_exact_row_conditional(one_dim_model):
     draws = _run(step, dict(point), "H", 6000, 6)[:, :, 0]  # (1000, n)
     for row in range(draws.shape[1]):
         def log_density(h, row=row):
-            total = stats.norm.logpdf(h)
-            for v, (Xv, obs) in enumerate(zip(spec.views, spec.observed_index, strict=True)):
-                if row not in obs:
-                    continue
-                x = Xv[list(obs).index(row)]
-                W, V, tau = nat[f"W_{v}"], nat[f"V_{v}"], nat["tau"][v]
-                cov = V @ V.T + np.eye(len(x)) / tau
-                total = total + stats.multivariate_normal(np.zeros(len(x)), cov).logpdf(
-                    x[None, :] - np.outer(h, W[:, 0]))
-            f = _features(h, nat["Omega"]) @ nat["beta"][0]
-            return total + _hinge(f, spec.targets[row, 0], spec.C)
+            return _row_log_density(spec, nat, row, h[:, None])
 
         assert _ks_pvalue(draws[:, row], log_density) > 1e-3, row
 
@@ -164,23 +172,9 @@ def test_latent_hmc_samples_the_exact_correlated_two_dim_row_conditional():
                      model=built.model, rng=np.random.default_rng(8))
     # whitened HMC draws are nearly independent (ESS/draw ≈ 1-2 measured), so no thinning
     draws = _run(step, dict(point), "H", 4000, 1)  # (4000, n, 2)
-    M = nat["Omega"].shape[0]
     for row in range(n):
         def log_density(h, row=row):
-            total = stats.multivariate_normal(np.zeros(2), np.eye(2)).logpdf(h)
-            for v, (Xv, obs) in enumerate(zip(spec.views, spec.observed_index, strict=True)):
-                if row not in obs:
-                    continue
-                x = Xv[list(obs).index(row)]
-                W, V, tau = nat[f"W_{v}"], nat[f"V_{v}"], nat["tau"][v]
-                # U_v integrated out: x | h ~ N(W h, V Vᵀ + I/τ)
-                cov = V @ V.T + np.eye(len(x)) / tau
-                total = total + stats.multivariate_normal(np.zeros(len(x)), cov).logpdf(
-                    x[None, :] - h @ W.T)
-            S = h @ nat["Omega"].T
-            phi = np.concatenate([np.cos(S), np.sin(S), np.full((len(h), 1), np.sqrt(M))],
-                                 axis=1) / np.sqrt(M)
-            return total + _hinge(phi @ nat["beta"][0], spec.targets[row, 0], spec.C)
+            return _row_log_density(spec, nat, row, h)
 
         for direction in ([1, 0], [0, 1], [1, 1], [1, -1]):
             p = _directional_ks_pvalue(draws[:, row], log_density, direction,

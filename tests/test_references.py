@@ -140,7 +140,7 @@ def _expected_sigmoid_by_quadrature(mean, var, scale):
 
 
 def test_rhotmvrkm_laplace_predictive_is_the_gp_predictive_with_a_flat_bias():
-    """The model (class docstring, DESIGN §3): ``y = b + g + ε``, ``g ~ GP(0, K_ϱ/(ητ²))``,
+    """The model (the class docstring): ``y = b + g + ε``, ``g ~ GP(0, K_ϱ/(ητ²))``,
     ``ε ~ N(0, λ/τ²)``, flat b, ``K_ϱ = (1-ϱ)ΣK_v + ϱ ΠK_v``, ``τ = (1-ϱ)V + ϱ``; the Laplace
     predictive of ``h = g(x*) + b`` is then the GP predictive with the bias's variance."""
     X, Xt = _views(30, (3, 2), seed=1), _views(12, (3, 2), seed=2)

@@ -1,6 +1,6 @@
 """Representations: how the views enter the model.
 
-:class:`SharedLatent` is M³LAK's multi-view latent-variable model (DESIGN §2)::
+:class:`SharedLatent` is M³LAK's multi-view latent-variable model (Du et al., M³LAK)::
 
     h_n ~ N(0, I_m),   u_{v,n} ~ N(0, I_K),   x_{v,n} ~ N(W_v h_n + V_v u_{v,n}, τ_v⁻¹ I)
     W_v[:, j] ~ N(0, r_{vj}⁻¹ I),  r_{vj} ~ Gamma(a_r, b_r),

@@ -1,7 +1,7 @@
 """The ϱ-tensor combiner of ϱTMV-RKM: ``K_ϱ = (1-ϱ) Σ_v K_v + ϱ ⊙_v K_v``.
 
 ϱ = 0 is MV-RKM (late fusion, one weight vector per view), ϱ = 1 TMV-RKM (early fusion
-through the tensor product of the views' feature maps).  In the Bayesian reading (DESIGN §3)
+through the tensor product of the views' feature maps).  In the Bayesian reading
 the decision values are a Gaussian process on the ±1 targets' scale,
 
     y_t = b_t + g_t + ε_t,   g_t ~ N(0, K_ϱ / (η τ²)),   ε_t ~ N(0, λ/τ²),   τ = (1-ϱ)V + ϱ,

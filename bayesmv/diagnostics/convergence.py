@@ -24,6 +24,8 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from bayesmv.diagnostics.html_tables import frame_html
+
 #: variables judged by default, in this order, when present in the posterior
 IDENTIFIABLE = ("f", "b", "bias", "tau", "v", "sigma", "rho", "lam", "gamma", "prior_rate")
 #: log density from ``sample_stats``, judged by default when recorded
@@ -184,20 +186,6 @@ class ConvergenceReport:
             parts.append(frame_html(self.by_variable, float_format=lambda x: f"{x:.3g}"))
         parts.append("</div>")
         return "".join(parts)
-
-
-def scrollable(table_html: str) -> str:
-    """Wrap an HTML table so that, when wider than the page, it scrolls sideways by itself
-    instead of widening the page (inline style: it must work in notebooks too)."""
-    return f"<div class='bayesmv-scroll' style='max-width:100%;overflow-x:auto'>{table_html}</div>"
-
-
-def frame_html(frame: pd.DataFrame, float_format=None) -> str:
-    """``frame`` as a scrollable bayesmv table, its index name in the top-left corner
-    rather than on a header row of its own."""
-    if frame.index.name is not None and frame.columns.name is None:
-        frame = frame.rename_axis(index=None, columns=frame.index.name)
-    return scrollable(frame.to_html(float_format=float_format, classes="bayesmv-table"))
 
 
 def _judged_dataset(idata, var_names) -> tuple[xr.Dataset, tuple[str, ...]]:

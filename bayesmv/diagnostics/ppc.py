@@ -19,7 +19,7 @@ import pandas as pd
 from sklearn.calibration import calibration_curve
 from sklearn.metrics import brier_score_loss, log_loss
 
-from bayesmv.diagnostics.convergence import frame_html
+from bayesmv.diagnostics.html_tables import frame_html
 
 #: a p-value outside [EXTREME, 1 - EXTREME] is reported
 EXTREME = 0.025

@@ -20,12 +20,8 @@ import pandas as pd
 from scipy.stats import binomtest
 from sklearn.metrics import confusion_matrix
 
-from bayesmv.diagnostics.convergence import (
-    ConvergenceReport,
-    check_convergence,
-    frame_html,
-    scrollable,
-)
+from bayesmv.diagnostics.convergence import ConvergenceReport, check_convergence
+from bayesmv.diagnostics.html_tables import frame_html, scrollable
 from bayesmv.diagnostics.ppc import posterior_predictive_check
 
 __all__ = ["report", "wall_time_summary", "wilson_interval"]
@@ -37,7 +33,6 @@ body{font-family:system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;margin:2em
 max-width:1100px;padding:0 1em;color:#1f2328;line-height:1.45}
 h1{font-size:1.6em;margin-bottom:0.2em} h2{border-bottom:1px solid #d0d7de;padding-bottom:.2em;
 margin-top:1.8em} .muted{color:#59636e;font-size:.9em}
-.bayesmv-scroll{max-width:100%;overflow-x:auto}
 table.bayesmv-table{border-collapse:collapse;margin:.6em 0;font-size:.9em}
 table.bayesmv-table th,table.bayesmv-table td{border:1px solid #d0d7de;padding:3px 8px;
 text-align:right;font-variant-numeric:tabular-nums} table.bayesmv-table th{background:#f6f8fa}

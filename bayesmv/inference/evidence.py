@@ -1,6 +1,7 @@
 """Type-II maximum likelihood for the ϱ-tensor Gaussian model (ϱTMV-RKM's hyper-parameters).
 
-The model (DESIGN §3, on the scale of the ±1 targets) is, for every task column t,
+The model (the Gaussian-process reading of ϱTMV-RKM, on the scale of the ±1 targets) is,
+for every task column t,
 
     y_t = b_t 1 + g_t + ε_t,   g_t ~ N(0, K_ϱ / (η τ²)),   ε_t ~ N(0, λ/τ² I),   b_t flat,
 

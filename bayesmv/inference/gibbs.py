@@ -4,8 +4,9 @@ Each block is a PyMC ``BlockedStep`` acting on the *collapsed* graph (hinge λ, 
 and DP assignments z summed out).  Where a block needs an augmentation variable it draws it
 fresh from its exact conditional first and discards it afterwards; because nothing else
 reads the auxiliary before it is redrawn, each block leaves the collapsed posterior invariant
-(data augmentation; van Dyk & Park 2008).  The conditionals are those of DESIGN §2 / the paper
-(eqs. 1, 2, 5–14), with two deliberate changes, both exact conditionals of the same joint:
+(data augmentation; van Dyk & Park 2008).  The conditionals are those of the M³LAK paper
+(Du et al., eqs. 1, 2, 5–14), with two deliberate changes, both exact conditionals of the
+same joint:
 (W_v, V_v) are drawn jointly by rows (one (m+K)-dim Gaussian per feature) instead of column by
 column, and the DP uses truncated stick-breaking (blocked Gibbs, Ishwaran & James 2001).
 """

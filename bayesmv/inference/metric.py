@@ -1,6 +1,7 @@
 """MVML solvers: the exact Gaussian g-step, the metric (A) updates and the view weights.
 
-Notation (DESIGN §4): ``Ũ = [U_1, …, U_V]`` (N × n, n = Σ r_v) the Nyström features,
+Notation (Huusari, Kadri & Capponi 2018): ``Ũ = [U_1, …, U_V]`` (N × n, n = Σ r_v) the
+Nyström features,
 ``Z = [w_1 U_1, …, w_V U_V]``, ``G = ZᵀZ``, ``A`` the PSD block metric, λ, η the
 regularisation constants.  The published objective is
 

@@ -1,4 +1,4 @@
-"""Inference for linear hinge models with an unregularised bias (MVL-SVM, DESIGN §6).
+"""Inference for linear hinge models with an unregularised bias (MVL-SVM).
 
 The model: ``θ_t ~ N(0, I)``, flat ``b_t``, ``f_t = Φ θ_tᵀ + b_t`` and the hinge
 pseudo-likelihood ``exp(-2C·max(0, 1 - y f))`` (the builder's :class:`HingeLikelihood`), one
@@ -8,8 +8,8 @@ task per one-vs-rest column.  Its log posterior is ``-(½||θ||² + 2C Σ_n hing
   :func:`fit_svm_map` solves it exactly with libsvm's SMO (the equality constraint
   ``Σ α_n y_n = 0`` that an unpenalised bias adds to the dual rules out liblinear's
   single-coordinate descent, which penalises the bias);
-* the full posterior is sampled by the Polson–Scott augmentation (DESIGN §2) with the existing
-  blocks :func:`~bayesmv.inference.gibbs.sample_lambda` and
+* the full posterior is sampled by the Polson–Scott augmentation (Polson & Scott 2011) with
+  the existing blocks :func:`~bayesmv.inference.gibbs.sample_lambda` and
   :func:`~bayesmv.inference.gibbs.beta_conditional`: λ | f, then (θ, b) | λ jointly (prior
   precision 1 on θ, 0 on b), then — when missing similarity blocks are unknowns — the blocks
   | λ, θ, b by Matheron's rule (an exact Gaussian conditional).  :class:`HingeGibbs` runs

@@ -38,7 +38,7 @@ class M3LAK(MultiViewClassifier):
     A shared latent ``h`` explains all views (a multi-view factor model); random Fourier
     features of ``h`` whose frequencies follow a Dirichlet-process Gaussian mixture give an
     adaptive shift-invariant kernel; a hinge pseudo-likelihood ``exp(-2C·max(0, 1 - y f))``
-    ties the labels to ``f = βᵀ φ̃(h)``.  See DESIGN §2 and Du et al. (M³LAK).
+    ties the labels to ``f = βᵀ φ̃(h)``.  See Du et al. (M³LAK) and the README's Models section.
 
     Parameters
     ----------

@@ -36,7 +36,7 @@ class MVLSVM(MultiViewClassifier):
     Each view of a sample is compared with ``L`` landmarks (training rows with every view)
     through an RBF similarity; a linear classifier on the ``L·V`` similarities,
     ``f(x) = θᵀ μ_L(x) + b``, minimises the paper's ``½||θ||² + (C/N) Σ_n max(0, 1 - y_n f_n)``
-    with the bias unpenalised.  As a Bayesian model (DESIGN §6): ``θ ~ N(0, I)``, a flat prior
+    with the bias unpenalised.  As a Bayesian model: ``θ ~ N(0, I)``, a flat prior
     on ``b`` and the pseudo-likelihood ``exp(-(C/N)·hinge)`` — the builder's
     ``HingeLikelihood`` with its constant ``C/(2N)`` — so the MAP is the SVM solution and the
     Polson–Scott augmentation gives an exact Gibbs sampler.  Multi-class problems are

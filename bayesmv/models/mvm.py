@@ -3,8 +3,8 @@
 The model graph is ``LinearFeatures`` (``z_v = [x_v; 1]``) → ``CPInteractionCombiner``
 (``ŷ = Σ_f Π_v z_vᵀ a^{(v)}_{:,f}``, O(k(V + D)) per sample) → a likelihood (logistic,
 hinge pseudo-likelihood or Gaussian).  It is fitted by MAP (L-BFGS-B on the graph's compiled
-log density), a Laplace approximation at that mode, or NUTS.  See DESIGN §5 and
-``papers/001_…``.
+log density), a Laplace approximation at that mode, or NUTS (Cao, Zhou & Yu 2016,
+"Multi-view machines").
 """
 
 from __future__ import annotations
@@ -255,7 +255,7 @@ class _MVMCore:
         res, logps = None, []
         for seed in seeds[:self.n_init]:
             x0 = flat.from_point(built.initial_values(np.random.default_rng(seed)))
-            # one BLAS thread: numpy's and PyTensor's pools fight on 2 cores (DESIGN §8)
+            # one BLAS thread: numpy's and PyTensor's pools fight on 2 cores
             with threadpool_limits(limits=1, user_api="blas"):
                 trial = find_map(flat, x0, l1=l1, max_iter=self.max_iter, tol=self.tol)
             logps.append(trial.logp)
@@ -432,7 +432,7 @@ class MVM(_MVMCore, MultiViewClassifier):
 
     ``ŷ(x) = Σ_{f=1}^k Π_{v=1}^V (z_vᵀ a^{(v)}_{:,f})`` with ``z_v = [x_v; 1]``: every interaction
     order, from the global bias through single features to products of one feature from every
-    view, shares the factors ``A^{(v)} ∈ R^{(D_v+1) × k}`` (Cao, Zhou & Yu; DESIGN §5).  Computed
+    view, shares the factors ``A^{(v)} ∈ R^{(D_v+1) × k}`` (Cao, Zhou & Yu 2016).  Computed
     in O(k(V + D)) per sample; scipy.sparse views (e.g. hashed CTR features) are never
     densified.  Multi-class problems are one-vs-rest (one set of factors per class).
 
@@ -904,9 +904,8 @@ class MVMRegressor(_MVMCore, RegressorMixin, BaseEstimator):
     def _extra_state(self) -> dict[str, Any]:
         return {"y_mean": self.y_mean_, "y_scale": self.y_scale_}
 
-    def _prediction_constants(self) -> set[str]:
-        # as MVM: prediction reads the posterior and ``fit``; constant_data is training data
-        return set()
+    # as MVM: prediction reads the posterior and ``fit``; constant_data is training data
+    _prediction_constants = MultiViewClassifier._prediction_constants
 
     def _set_extra_state(self, state: dict[str, Any]) -> None:
         if hasattr(self, "classes_"):

@@ -53,7 +53,7 @@ class MVML(MultiViewClassifier):
 
     ``y | g ~ N(Z g, ½)``,  ``g | A ~ N(0, A/(2λ))``,  A a PSD block metric between views,
 
-    and the published objective (Huusari et al. 2018; DESIGN §4) is
+    and the published objective (Huusari et al. 2018) is
 
     ``J(g, A) = ||y - Z g||² + λ gᵀA⁻¹g + η||A||²_F``.
 

@@ -1,7 +1,7 @@
 """ϱTMV-RKM (Houthuys & Suykens): tensor-based restricted kernel machines, solved exactly.
 
 The paper's linear system (eq. 12) is τ times the posterior-mean equations of a Gaussian
-process on the ±1 targets (DESIGN §3; :mod:`bayesmv.components.tensor`), so MAP is the
+process on the ±1 targets (:mod:`bayesmv.components.tensor`), so MAP is the
 posterior mean and the Laplace approximation is exact.  The fit is the closed form built from
 the graph's pieces (one Cholesky factor shared by every one-vs-rest or output-code task); the
 ``pm.Model`` of the same graph is available from :meth:`RhoTMVRKM.build_model`, and its
