@@ -3,7 +3,8 @@
 On the README's split (UCI digits 3 vs 5, ``train_test_split(test_size=0.25, stratify=y,
 random_state=0)``), fits ``M3LAK(chains=4, random_seed=s)`` for each seed and prints, per fit,
 the rank-normalised split R-hat and bulk / tail ESS (Vehtari et al. 2021) of every training
-decision value ``f`` and of ``tau``, the wall time and the test accuracy; then, for the
+decision value ``f`` and of ``tau``, the wall time, the
+minimum bulk ESS of f per second, and the test accuracy, Brier score and ECE; then, for the
 diagnosis, the chain means, R-hat and ESS of global summaries that a slow direction would
 show: ||β||, ||Ω||, the mean |f|, the log noise precision and log ||W_v|| of each view and the
 number of occupied DP components.
@@ -25,6 +26,7 @@ from sklearn.model_selection import train_test_split
 
 from bayesmv import M3LAK
 from bayesmv.datasets import load_multiple_features
+from bayesmv.diagnostics.ppc import calibration
 
 
 def _summary(name: str, x: np.ndarray) -> str:
@@ -43,7 +45,8 @@ def main() -> None:
     split = train_test_split(*views, y, test_size=0.25, stratify=y, random_state=0)
     X_train, X_test, y_train, y_test = split[0:-2:2], split[1:-2:2], split[-2], split[-1]
     extra = {k: v for k, v in (("draws", args.draws), ("tune", args.tune)) if v is not None}
-    print("seed | f: max R-hat, min bulk ESS, min tail ESS | tau: same | wall s | accuracy")
+    print("seed | f: max R-hat, min bulk ESS, min tail ESS | tau: same | wall s | "
+          "min bulk ESS/s of f | accuracy | Brier | ECE")
     for seed in args.seeds:
         start = time.perf_counter()
         with warnings.catch_warnings():
@@ -57,8 +60,10 @@ def main() -> None:
             row += [float(az.rhat(ds, method="rank")[name].max()),
                     float(az.ess(ds, method="bulk")[name].min()),
                     float(az.ess(ds, method="tail")[name].min())]
+        cal = calibration(y_test, est.predict_proba(X_test), est.classes_)
         print(f"{seed} | {row[0]:.3f} {row[1]:.0f} {row[2]:.0f} | {row[3]:.3f} {row[4]:.0f} "
-              f"{row[5]:.0f} | {wall:.0f} | {est.score(X_test, y_test):.3f}")
+              f"{row[5]:.0f} | {wall:.0f} | {row[1] / wall:.2f} | "
+              f"{est.score(X_test, y_test):.3f} | {cal.brier:.4f} | {cal.ece:.4f}")
         print(_summary("||beta||", np.sqrt(np.sum(post["beta"].values ** 2, axis=(-1, -2)))))
         print(_summary("||Omega||", np.sqrt(np.sum(post["Omega"].values ** 2, axis=(-1, -2)))))
         print(_summary("mean |f|", np.abs(post["f"].values).mean(axis=(-1, -2))))
