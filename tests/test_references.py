@@ -146,8 +146,10 @@ def test_rhotmvrkm_laplace_predictive_is_the_gp_predictive_with_a_flat_bias():
     X, Xt = _views(30, (3, 2), seed=1), _views(12, (3, 2), seed=2)
     y = (X[0][:, 0] - X[1][:, 1] + 0.3 * np.random.default_rng(3).standard_normal(30) > 0)
     rho, lam, eta, gammas = 0.3, 0.4, 1.7, (0.35, 0.6)
+    # calibration="likelihood": the model's own predictive (the default is LOO temperature)
     est = RhoTMVRKM(rho=rho, lam=lam, eta=eta, gamma=list(gammas), inference="laplace",
-                    standardize=False, laplace_draws=10, random_seed=0).fit(X, y.astype(int))
+                    calibration="likelihood", standardize=False, laplace_draws=10,
+                    random_seed=0).fit(X, y.astype(int))
     V, tau = 2, (1 - rho) * 2 + rho
 
     def kernel(A, B):

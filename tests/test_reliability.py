@@ -655,13 +655,15 @@ def test_max_draws_keeps_evenly_spaced_draws_of_every_chain(mcmc_fitted, tmp_pat
                                               est.idata_[group][var].values[:, kept])
     assert raw.posterior.attrs["saved_draws_of"] == 21
     # the thinned model predicts from its kept draws: the normalised hinge likelihood
-    # exp(-(C/N) max(0, 1 - y f)) averaged over those draws, written out here
+    # exp(-2c max(0, 1 - y f)) averaged over those draws, written out here, with the
+    # calibrated constant c of the fit (from all its draws), which the file keeps
     loaded = bayesmv.load(path)
+    assert loaded.link_constant_ == est.link_constant_
     Phi = est.transform(Xt)
     beta = est.idata_.posterior["beta"].values[:, kept, 0].reshape(-1, Phi.shape[1])
     bias = est.idata_.posterior["bias"].values[:, kept, 0].reshape(-1)
     f = Phi @ beta.T + bias                       # (rows, kept draws)
-    c = est.C / N
+    c = 2.0 * est.link_constant_
 
     def lik(sign):
         return np.exp(-c * np.maximum(0.0, 1.0 - sign * f))

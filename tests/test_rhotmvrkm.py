@@ -1,16 +1,24 @@
 """ϱTMV-RKM: the paper's linear systems written independently with numpy, the Gaussian
 model's algebra (dual = primal, variances = draws), the marginal likelihood (gradient,
-graph density, recovery of known hyper-parameters) and the estimator's contract."""
+graph density, recovery of known hyper-parameters), the leave-one-out shortcut against
+brute-force refits, the calibration against its definition and a calibrated SVC, and the
+estimator's contract."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from scipy import integrate, optimize, stats
-from scipy.special import expit
+from scipy.special import expit, log_expit, log_softmax, softmax
+from sklearn.calibration import CalibratedClassifierCV
+from sklearn.model_selection import GridSearchCV, StratifiedShuffleSplit
+from sklearn.preprocessing import StandardScaler
+from sklearn.svm import SVC
 
 from bayesmv import RhoTMVRKM, load
 from bayesmv.components.likelihoods import expected_sigmoid, log_expected_sigmoid
+from bayesmv.datasets import load_multiple_features
+from bayesmv.diagnostics import calibration
 from bayesmv.inference.conjugate import FeaturePosterior, KernelPosterior
 from bayesmv.inference.evidence import RhoTensorEvidence
 
@@ -202,8 +210,10 @@ def test_marginal_likelihood_prefers_the_tensor_term_for_a_product_label():
     s1, s2 = rng.standard_normal(n), rng.standard_normal(n)
     X = [np.column_stack([s1, rng.standard_normal(n)]),
          np.column_stack([s2, rng.standard_normal(n)])]
-    product = RhoTMVRKM(gamma=[0.5, 0.5], standardize=False).fit(X, np.sign(s1 * s2))
-    additive = RhoTMVRKM(gamma=[0.5, 0.5], standardize=False).fit(X, np.sign(s1 + s2))
+    # the marginal likelihood is no longer the default criterion: ask for it
+    kw = dict(gamma=[0.5, 0.5], standardize=False, criterion="evidence")
+    product = RhoTMVRKM(**kw).fit(X, np.sign(s1 * s2))
+    additive = RhoTMVRKM(**kw).fit(X, np.sign(s1 + s2))
     assert product.rho_ > 0.6
     assert additive.rho_ < product.rho_ - 0.3
     assert product.evidence_["free"] == ["lam", "rho"]
@@ -212,7 +222,9 @@ def test_marginal_likelihood_prefers_the_tensor_term_for_a_product_label():
 def test_laplace_and_map_agree_and_laplace_probabilities_average_the_posterior():
     X = _views(80, (3, 3), seed=14)
     y = _labels(X, seed=6)
-    kw = dict(rho=0.5, lam=0.3, gamma=[0.3, 0.3], standardize=False, random_seed=1)
+    # the Gaussian model's own predictive is calibration="likelihood" (no longer the default)
+    kw = dict(rho=0.5, lam=0.3, gamma=[0.3, 0.3], standardize=False, random_seed=1,
+              calibration="likelihood")
     m = RhoTMVRKM(**kw).fit(X[:1] + X[1:], y)
     la = RhoTMVRKM(**kw, inference="laplace", laplace_draws=3000).fit(X, y)
     Xt = _views(10, (3, 3), seed=15)
@@ -269,9 +281,11 @@ def test_save_load_predicts_identically_and_seed_reproduces(tmp_path, kw):
     back = load(path)
     np.testing.assert_array_equal(back.decision_function(Xt), est.decision_function(Xt))
     np.testing.assert_array_equal(back.predict_proba(Xt), est.predict_proba(Xt))
+    np.testing.assert_array_equal(back.predict(Xt), est.predict(Xt))
     again = RhoTMVRKM(random_seed=3, gamma=[None, "scale"], **kw).fit(X, y)
     np.testing.assert_array_equal(again.predict_proba(Xt), est.predict_proba(Xt))
     assert back.rho_ == est.rho_ and back.gamma_ == est.gamma_
+    assert back.slope_ == est.slope_ and back.selection_ == est.selection_
 
 
 @pytest.mark.parametrize("kw,fragment", [
@@ -282,6 +296,9 @@ def test_save_load_predicts_identically_and_seed_reproduces(tmp_path, kw):
     (dict(gamma=[0.1]), "gamma has 1 entries"),
     (dict(decision_rule="max"), "decision_rule must be one of"),
     (dict(n_features=0), "n_features must be a positive integer"),
+    (dict(criterion="cv"), "criterion must be one of"),
+    (dict(calibration="platt"), "calibration must be one of"),
+    (dict(decision_rule="mean", inference="laplace"), "eq. 17's values"),
 ])
 def test_bad_parameters_raise_before_fitting(kw, fragment):
     X = _views(20, (2, 2), seed=19)
@@ -301,3 +318,238 @@ def test_missing_view_is_a_clear_error_and_leaves_the_fit_intact():
     np.testing.assert_array_equal(est.decision_function(X), before)
     with pytest.raises(ValueError, match="view 1"):
         est.predict(bad)
+
+
+# ------------------------------------------------------- leave-one-out and calibration
+def _paper_system(Om, Om_prod, ypm, rho, lam, eta):
+    """Eq. 12 for the given training Gram matrices (per view, and the product term), solved
+    with np.linalg.solve: the dual variables α and b."""
+    N, V = len(ypm), len(Om)
+    tau = (1 - rho) * V + rho
+    A = np.zeros((N + 1, N + 1))
+    A[:N, :N] = ((1 - rho) * sum(Om) + rho * Om_prod) / eta + lam * np.eye(N)
+    A[:N, N], A[N, :N] = tau, 1.0
+    sol = np.linalg.solve(A, np.r_[tau * ypm, 0.0])
+    return sol[:N], sol[N]
+
+
+def _brute_force_loo(Om, Om_prod, Ypm, rho, lam, eta, rule):
+    """Row i's decision value (eq. 15 or 17) from the system solved without row i, for every
+    row and every ±1 target column."""
+    N, V = Ypm.shape[0], len(Om)
+    out = np.empty(Ypm.shape)
+    for i in range(N):
+        keep = np.arange(N) != i
+        sub = [K[np.ix_(keep, keep)] for K in Om]
+        for t in range(Ypm.shape[1]):
+            alpha, b = _paper_system(sub, Om_prod[np.ix_(keep, keep)], Ypm[keep, t], rho, lam,
+                                     eta)
+            row = ((1 - rho) * sum(K[i, keep] for K in Om) + rho * Om_prod[i, keep]
+                   if rule == "add" else sum(K[i, keep] for K in Om) / V)
+            out[i, t] = row @ alpha / eta + b
+    return out
+
+
+def _ova_targets(y):
+    classes = np.unique(y)
+    if len(classes) == 2:
+        return np.where(y == classes[1], 1.0, -1.0)[:, None]
+    return np.where(y[:, None] == classes[None, :], 1.0, -1.0)
+
+
+@pytest.mark.parametrize("rule", ["add", "mean"])
+@pytest.mark.parametrize("rho", [0.0, 0.4, 1.0])
+def test_loo_shortcut_equals_brute_force_refits_with_exact_kernels(rule, rho):
+    X = _views(40, (3, 2), seed=21)
+    y = np.digitize(X[0][:, 0] + X[1][:, 1], [-0.5, 0.5])  # three classes: one-vs-all
+    kinds, gammas, lam, eta = ["rbf", "linear"], [0.4, None], 0.07, 1.3
+    est = RhoTMVRKM(rho=rho, lam=lam, eta=eta, kernel=kinds, gamma=gammas, decision_rule=rule,
+                    standardize=False).fit(X, y)
+    Om = [_paper_kernel(k, x, x, g) for k, x, g in zip(kinds, X, gammas, strict=True)]
+    ref = _brute_force_loo(Om, np.prod(Om, axis=0), _ova_targets(y), rho, lam, eta, rule)
+    np.testing.assert_allclose(est.idata_.fit["f_loo"].values, ref, rtol=1e-8,
+                               atol=1e-10 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("rule", ["add", "mean"])
+def test_loo_shortcut_equals_brute_force_refits_with_random_features(rule):
+    X = _views(35, (3, 2), seed=22)
+    y = _labels(X, seed=8)
+    rho, lam, eta = 0.6, 0.2, 0.8
+    est = RhoTMVRKM(rho=rho, lam=lam, eta=eta, gamma=[0.3, 0.5], n_features=12,
+                    decision_rule=rule, standardize=False, random_seed=4).fit(X, y)
+    # the paper's system on the random-feature Gram matrices (per view, and the jointly
+    # drawn product term)
+    per_view, joint = est._rff().blocks(X)
+    Om = [B @ B.T for B in per_view]
+    ref = _brute_force_loo(Om, joint @ joint.T, _ova_targets(y), rho, lam, eta, rule)
+    np.testing.assert_allclose(est.idata_.fit["f_loo"].values, ref, rtol=1e-8,
+                               atol=1e-10 * np.abs(ref).max())
+
+
+def _flat_bias_variance(K, k_cross, k_self, noise, scale):
+    """Posterior variance of scale·g(x) + b given y, g ~ GP(0, K), flat b (R&W eq. 2.42)."""
+    C = K + noise * np.eye(len(K))
+    Ci_k, Ci_1 = np.linalg.solve(C, k_cross), np.linalg.solve(C, np.ones(len(K)))
+    r = 1.0 - scale * k_cross @ Ci_1
+    return scale**2 * (k_self - k_cross @ Ci_k) + r**2 / Ci_1.sum()
+
+
+def test_loo_posterior_variance_equals_brute_force_refits():
+    X = _views(30, (2, 3), seed=23)
+    y = _labels(X, seed=9)
+    rho, lam, eta, gammas = 0.3, 0.15, 1.1, [0.5, 0.2]
+    est = RhoTMVRKM(rho=rho, lam=lam, eta=eta, gamma=gammas, inference="laplace",
+                    laplace_draws=5, standardize=False).fit(X, y)
+    tau = (1 - rho) * 2 + rho
+    Om = [_paper_kernel("rbf", x, x, g) for x, g in zip(X, gammas, strict=True)]
+    K = ((1 - rho) * sum(Om) + rho * np.prod(Om, axis=0)) / (eta * tau**2)
+    ref = []
+    for i in range(30):
+        keep = np.arange(30) != i
+        ref.append(_flat_bias_variance(K[np.ix_(keep, keep)], K[keep, i], K[i, i],
+                                       lam / tau**2, tau))
+    np.testing.assert_allclose(est.idata_.fit["f_loo_var"].values, ref, rtol=1e-8)
+    # the Laplace fit's leave-one-out means are the MAP fit's
+    m = RhoTMVRKM(rho=rho, lam=lam, eta=eta, gamma=gammas, standardize=False).fit(X, y)
+    np.testing.assert_allclose(est.idata_.fit["f_loo"].values, m.idata_.fit["f_loo"].values,
+                               rtol=1e-12)
+
+
+def test_loo_posterior_variance_with_random_features_equals_weight_space_refits():
+    X = _views(30, (2, 3), seed=30)
+    y = _labels(X, seed=13)
+    rho, lam, eta = 0.4, 0.3, 0.9
+    est = RhoTMVRKM(rho=rho, lam=lam, eta=eta, gamma=[0.5, 0.2], n_features=8,
+                    inference="laplace", laplace_draws=5, standardize=False,
+                    random_seed=2).fit(X, y)
+    tau = (1 - rho) * 2 + rho
+    per_view, joint = est._rff().blocks(X)
+    Psi = np.concatenate([np.sqrt(1 - rho) * B for B in per_view] + [np.sqrt(rho) * joint],
+                         axis=1) / (tau * np.sqrt(eta))
+    Psi1, noise = np.column_stack([Psi, np.ones(30)]), lam / tau**2
+    prior = np.diag(np.r_[np.ones(Psi.shape[1]), 0.0])  # θ ~ N(0, I), flat b
+    ref = []
+    for i in range(30):
+        keep = np.arange(30) != i
+        A = Psi1[keep].T @ Psi1[keep] / noise + prior
+        c = np.r_[tau * Psi[i], 1.0]  # τ ψᵢᵀθ + b
+        ref.append(c @ np.linalg.solve(A, c))
+    np.testing.assert_allclose(est.idata_.fit["f_loo_var"].values, ref, rtol=1e-8)
+
+
+def _platt_cross_entropy(log_slope, F, y_index, n_classes, scores):
+    """Cross-entropy of the calibrated probabilities against Platt's targets, written out."""
+    n = np.bincount(y_index, minlength=n_classes)[y_index]
+    q = np.tile((1.0 / ((n + 2.0) * (n_classes - 1)))[:, None], (1, n_classes))
+    q[np.arange(len(y_index)), y_index] = (n + 1.0) / (n + 2.0)
+    return -np.sum(q * scores(np.exp(log_slope) * F))
+
+
+@pytest.mark.parametrize("n_classes", [2, 3])
+def test_temperature_calibration_is_its_definition(n_classes):
+    X = _views(90, (3, 2), seed=24)
+    y = (_labels(X, seed=10) if n_classes == 2
+         else np.digitize(X[0][:, 0] - X[1][:, 0], [-0.6, 0.6]))
+    est = RhoTMVRKM(rho=0.4, lam=0.05, gamma="scale").fit(X, y)
+    Xt = _views(20, (3, 2), seed=25)
+    F = est.decision_function(Xt)
+    if n_classes == 2:
+        scores = lambda Z: np.column_stack([log_expit(-Z), log_expit(Z)])  # noqa: E731
+        np.testing.assert_allclose(est.predict_proba(Xt)[:, 1], expit(est.slope_ * F),
+                                   rtol=1e-12)
+    else:
+        scores = lambda Z: log_softmax(Z, axis=1)  # noqa: E731
+        np.testing.assert_allclose(est.predict_proba(Xt), softmax(est.slope_ * F, axis=1),
+                                   rtol=1e-12)
+    # the slope minimises the leave-one-out cross-entropy against Platt's targets
+    f_loo = est.idata_.fit["f_loo"].values
+    f_loo = f_loo[:, 0] if n_classes == 2 else f_loo
+    y_index = np.searchsorted(est.classes_, y)
+    res = optimize.minimize_scalar(_platt_cross_entropy, bounds=(-5, 5), method="bounded",
+                                   args=(f_loo, y_index, n_classes, scores),
+                                   options={"xatol": 1e-8})
+    assert np.log(est.slope_) == pytest.approx(res.x, abs=0.02)
+
+
+def test_laplace_probabilities_average_the_calibrated_sigmoid_over_the_posterior():
+    X = _views(60, (2, 2), seed=26)
+    y = _labels(X, seed=11)
+    rho, lam, gammas = 0.5, 0.2, [0.4, 0.4]
+    est = RhoTMVRKM(rho=rho, lam=lam, gamma=gammas, inference="laplace", laplace_draws=5,
+                    standardize=False).fit(X, y)
+    Xt = _views(4, (2, 2), seed=27)
+    tau = (1 - rho) * 2 + rho
+
+    def kernel(A, B):
+        Ks = [_paper_kernel("rbf", a, b, g) for a, b, g in zip(A, B, gammas, strict=True)]
+        return ((1 - rho) * sum(Ks) + rho * np.prod(Ks, axis=0)) / tau**2
+
+    F = est.decision_function(Xt)
+    K, Kx = kernel(X, X), kernel(Xt, X)
+    for j in range(4):
+        sd = np.sqrt(_flat_bias_variance(K, Kx[j], 1.0 / tau, lam / tau**2, tau))
+        ref = integrate.quad(lambda f, m, sd: expit(est.slope_ * f) * stats.norm.pdf(f, m, sd),
+                             -np.inf, np.inf, args=(F[j], sd), epsabs=1e-12)[0]
+        assert est.predict_proba([x[j:j + 1] for x in Xt])[0, 1] == pytest.approx(ref,
+                                                                                 abs=1e-8)
+
+
+@pytest.mark.parametrize("n_classes", [2, 4])
+def test_predict_is_the_argmax_of_predict_proba_and_binary_ranks_agree(n_classes):
+    X = _views(120, (3, 3), seed=28)
+    y = (_labels(X, seed=12) if n_classes == 2
+         else np.digitize(X[0][:, 0] + X[1][:, 1], [-0.8, 0.0, 0.8]))
+    est = RhoTMVRKM().fit(X[:1] + X[1:], y)
+    Xt = _views(200, (3, 3), seed=29)
+    proba, dec = est.predict_proba(Xt), est.decision_function(Xt)
+    np.testing.assert_array_equal(est.predict(Xt), est.classes_[np.argmax(proba, axis=1)])
+    if n_classes == 2:
+        order = np.argsort(dec, kind="stable")
+        assert np.all(np.diff(proba[order, 1]) >= 0)
+        np.testing.assert_array_equal(est.predict(Xt), est.classes_[(dec > 0).astype(int)])
+    else:
+        np.testing.assert_array_equal(np.argmax(dec, axis=1), np.argmax(proba, axis=1))
+
+
+def _digits_split(digits, seed=7):
+    views, y = load_multiple_features(classes=digits)
+    tr, te = next(StratifiedShuffleSplit(1, test_size=0.2, random_state=seed).split(views[0],
+                                                                                     y))
+    return [v[tr] for v in views], y[tr], [v[te] for v in views], y[te]
+
+
+@pytest.mark.parametrize("digits", [(3, 5), (0, 1, 2)])
+def test_default_hyperparameters_are_inside_their_ranges_on_bundled_digits(digits):
+    X, y, _, _ = _digits_split(digits)
+    est = RhoTMVRKM().fit(X, y)
+    sel = est.selection_
+    assert sel["criterion"] == "loo" and sel["free"] == ["gamma", "lam", "rho"]
+    assert sel["at_bounds"] == []
+    # at least a factor e from every edge: ϱ ∈ (0, 1) in logit, λ ∈ [1e-8, 1e3], m ∈ [1e-4, 1e2]
+    assert -9.0 < np.log(est.rho_ / (1 - est.rho_)) < 9.0
+    assert np.log(1e-8) + 1 < np.log(est.lam_) < np.log(1e3) - 1
+    assert np.log(1e-4) + 1 < np.log(sel["width"]) < np.log(1e2) - 1
+
+
+def test_evidence_interpolates_on_bundled_digits():
+    """Why it is not the default: on ±1 targets the marginal likelihood takes λ to the lower
+    end of its range (interpolation)."""
+    X, y, _, _ = _digits_split((3, 5))
+    est = RhoTMVRKM(gamma="scale", criterion="evidence").fit(X, y)
+    assert "lam" in est.selection_["at_bounds"] and est.lam_ < 1e-7
+
+
+def test_default_brier_is_within_ten_percent_of_a_calibrated_svc():
+    X, y, Xt, yt = _digits_split((3, 5))
+    est = RhoTMVRKM().fit(X, y)
+    brier = calibration(yt, est.predict_proba(Xt), est.classes_).brier
+    # the baseline sees the concatenated, standardised views; C and γ by 3-fold CV, then
+    # Platt scaling (3-fold)
+    scaler = StandardScaler().fit(np.hstack(X))
+    Z, Zt = scaler.transform(np.hstack(X)), scaler.transform(np.hstack(Xt))
+    grid = {"C": [0.1, 1, 10, 100], "gamma": [g / Z.shape[1] for g in (0.1, 0.3, 1, 3, 10)]}
+    svc = GridSearchCV(SVC(), grid, cv=3).fit(Z, y).best_estimator_
+    platt = CalibratedClassifierCV(svc, method="sigmoid", cv=3).fit(Z, y)
+    baseline = calibration(yt, platt.predict_proba(Zt), platt.classes_).brier
+    assert brier <= 1.1 * baseline

@@ -1,8 +1,9 @@
 """Pieces of the model graph (see :class:`bayesmv.ModelBuilder`)."""
 
-from bayesmv.components.base import BuildContext, Component, Identity
+from bayesmv.components.base import BuildContext, Component, Identity, WideFlat
 from bayesmv.components.combine import SumCombiner
 from bayesmv.components.features import (
+    DiagonalNormalMixture,
     DPMixtureSpectral,
     GaussianSpectral,
     RandomFourierFeatures,
@@ -26,6 +27,7 @@ __all__ = [
     "BuildContext",
     "Component",
     "CPInteractionCombiner",
+    "DiagonalNormalMixture",
     "GaussianLikelihood",
     "Identity",
     "DPMixtureSpectral",
@@ -41,4 +43,5 @@ __all__ = [
     "ViewRandomFeatures",
     "SharedLatent",
     "SumCombiner",
+    "WideFlat",
 ]

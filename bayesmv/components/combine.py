@@ -6,7 +6,7 @@ import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
 
-from bayesmv.components.base import BuildContext, Component
+from bayesmv.components.base import BuildContext, Component, WideFlat
 
 
 class SumCombiner(Component):
@@ -19,9 +19,11 @@ class SumCombiner(Component):
     precision_prior : tuple of float or None
         ``(a_v, b_v)``: give ``v`` a Gamma(a_v, b_v) hyper-prior instead of fixing it.
     flat_bias : bool, default False
-        Add a per-task intercept ``b`` with a flat (improper, unregularised) prior,
-        ``f = Φ βᵀ + b`` — the bias of an SVM, which its objective does not penalise.  The
-        posterior stays proper under the hinge as long as every task has both labels.
+        Add a per-task intercept ``b`` with a flat (unregularised) prior, ``f = Φ βᵀ + b`` —
+        the bias of an SVM, which its objective does not penalise.  In the graph it is a
+        :class:`~bayesmv.components.base.WideFlat` (the flat prior made proper, so PyMC's
+        prior predictive can draw it); the posterior of the flat model is proper under the
+        hinge as long as every task has both labels.
     """
 
     def __init__(self, prior_precision: float = 1e-2,
@@ -42,7 +44,7 @@ class SumCombiner(Component):
                          dims=("task", "feature"))
         f = Phi @ beta.T
         if self.flat_bias:
-            f = f + pm.Flat("bias", shape=ctx.n_tasks, dims="task")
+            f = f + WideFlat("bias", shape=ctx.n_tasks, dims="task")
         return pm.Deterministic("f", f, dims=("sample", "task"))
 
     def initial_values(self, ctx: BuildContext, rng=None) -> dict[str, np.ndarray]:

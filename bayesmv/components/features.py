@@ -21,6 +21,8 @@ from __future__ import annotations
 import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
+from pymc.distributions.shape_utils import rv_size_is_none
+from pytensor.tensor.random.op import RandomVariable
 from scipy.special import expit
 
 from bayesmv.components.base import BuildContext, Component
@@ -30,8 +32,8 @@ def fourier_features(Z: np.ndarray, Omega: np.ndarray) -> np.ndarray:
     """NumPy ``φ̃(Z)`` of shape (n, 2M + 1)."""
     S = Z @ Omega.T
     M = Omega.shape[0]
-    return np.concatenate([np.cos(S), np.sin(S), np.full((Z.shape[0], 1), np.sqrt(M))],
-                          axis=1) / np.sqrt(M)
+    bias = np.full((Z.shape[0], 1), np.sqrt(M), dtype=S.dtype)
+    return np.concatenate([np.cos(S), np.sin(S), bias], axis=1) / np.sqrt(M)
 
 
 def stick_breaking_weights(sticks: np.ndarray) -> np.ndarray:
@@ -56,6 +58,74 @@ def logsumexp(a: np.ndarray, axis: int, keepdims: bool = False) -> np.ndarray:
 def _component_logp_np(Omega, mu, sigma2):
     diff = Omega[:, None, :] - mu[None, :, :]
     return -0.5 * np.sum(diff**2 / sigma2 + np.log(2 * np.pi * sigma2), axis=2)
+
+
+class DiagonalNormalMixtureRV(RandomVariable):
+    """Draws of :class:`DiagonalNormalMixture`: one component, then one normal, per batch entry."""
+
+    name = "diagonal_normal_mixture"
+    signature = "(k),(k,m),(k,m)->(m)"
+    dtype = "floatX"
+    _print_name = ("DiagNormalMixture", "\\operatorname{DiagNormalMixture}")
+
+    @classmethod
+    def rng_fn(cls, rng: np.random.Generator, weights: np.ndarray, mu: np.ndarray,
+               sigma2: np.ndarray, size: tuple[int, ...] | None) -> np.ndarray:
+        K, m = mu.shape[-2:]
+        batch = (tuple(size) if size is not None else
+                 np.broadcast_shapes(weights.shape[:-1], mu.shape[:-2], sigma2.shape[:-2]))
+        weights = np.broadcast_to(weights, batch + (K,))
+        mu = np.broadcast_to(mu, batch + (K, m))
+        sigma2 = np.broadcast_to(sigma2, batch + (K, m))
+        # inverse-CDF choice, since rng.choice takes a single probability vector; scaling u by
+        # the total tolerates weights that sum to 1 only up to rounding
+        cdf = np.cumsum(weights, axis=-1)
+        u = rng.uniform(size=batch) * cdf[..., -1]
+        z = np.minimum(np.sum(u[..., None] >= cdf, axis=-1), K - 1)[..., None, None]
+        mu_z = np.take_along_axis(mu, z, axis=-2)[..., 0, :]
+        sigma2_z = np.take_along_axis(sigma2, z, axis=-2)[..., 0, :]
+        return mu_z + np.sqrt(sigma2_z) * rng.standard_normal(batch + (m,))
+
+
+diagonal_normal_mixture = DiagonalNormalMixtureRV()
+
+
+class DiagonalNormalMixture(pm.Continuous):
+    r"""Finite mixture of diagonal normals on :math:`\mathbb{R}^m`.
+
+    .. math:: p(\omega) = \sum_k w_k \prod_d N(\omega_d; \mu_{kd}, \sigma^2_{kd})
+
+    Parameters
+    ----------
+    weights : tensor of shape (..., K)
+        Mixture weights (summing to one).
+    mu, sigma2 : tensors of shape (..., K, m)
+        Component means and variances.
+
+    Notes
+    -----
+    Batch dimensions (``...``) broadcast against each other and against the value's leading
+    dimensions in the log-density and in the draws alike: batch entry ``i`` is a draw from
+    the mixture with parameters ``weights[i], mu[i], sigma2[i]``.
+    """
+
+    rv_op = diagonal_normal_mixture
+
+    @classmethod
+    def dist(cls, weights, mu, sigma2, **kwargs):
+        return super().dist([pt.as_tensor_variable(weights), pt.as_tensor_variable(mu),
+                             pt.as_tensor_variable(sigma2)], **kwargs)
+
+    def support_point(rv, size, weights, mu, sigma2):
+        # zero: the prior mean of ω under M³LAK's centred component means
+        if rv_size_is_none(size):
+            return pt.zeros_like(weights[..., :1] * mu[..., 0, :] * sigma2[..., 0, :])
+        return pt.zeros(pt.concatenate([size, [mu.shape[-1]]]))
+
+    def logp(value, weights, mu, sigma2):
+        diff = pt.expand_dims(value, -2) - mu
+        comp = -0.5 * pt.sum(diff**2 / sigma2 + pt.log(2 * np.pi * sigma2), axis=-1)
+        return pt.logsumexp(comp + pt.log(weights), axis=-1)
 
 
 class GaussianSpectral(Component):
@@ -138,22 +208,9 @@ class DPMixtureSpectral(Component):
                                  dims=("component", "latent"))
         mu = pm.Normal("dp_mu", 0.0, pt.sqrt(sigma2 / self.kappa0), shape=(K, m),
                        dims=("component", "latent"))
-
-        def logp(value, weights, mu, sigma2):
-            # the parameters arrive with broadcast (length-1) batch dimensions: drop them
-            weights = weights.reshape((K,))
-            mu, sigma2 = mu.reshape((K, m)), sigma2.reshape((K, m))
-            diff = value[:, None, :] - mu[None, :, :]
-            comp = -0.5 * pt.sum(diff**2 / sigma2 + pt.log(2 * np.pi * sigma2), axis=2)
-            return pt.logsumexp(comp + pt.log(weights), axis=1)
-
-        def random(weights, mu, sigma2, rng=None, size=None):
-            z = rng.choice(len(weights), size=n_features, p=weights / weights.sum())
-            return mu[z] + np.sqrt(sigma2[z]) * rng.standard_normal((n_features, m))
-
-        return pm.CustomDist("Omega", weights, mu, sigma2, logp=logp, random=random,
-                             signature="(k),(k,m),(k,m)->(m)", shape=(n_features, m),
-                             dims=("frequency", "latent"))
+        # the M frequencies are the mixture's batch: i.i.d. given (weights, mu, sigma2)
+        return DiagonalNormalMixture("Omega", weights, mu, sigma2, shape=(n_features, m),
+                                     dims=("frequency", "latent"))
 
     def initial_values(self, n_features: int, m: int, rng) -> dict[str, np.ndarray]:
         K = self.n_components

@@ -57,6 +57,19 @@ def log_hinge_probability(f: np.ndarray, C: float) -> np.ndarray:
     return log_expit(_hinge_log_odds(f, C))
 
 
+def hinge_decision_value(log_odds: np.ndarray, C: float) -> np.ndarray:
+    """The decision value ``f`` whose :func:`hinge_probability` has the given log-odds.
+
+    The hinge log-odds are ``2C·(f + clip(f, -1, 1))``, strictly increasing in ``f`` (slope
+    4C inside the margin, 2C outside), so this inverse exists.  Applied to the log-odds of a
+    posterior-averaged probability it gives the moderated decision value (MacKay 1992): the
+    ``f`` a point without posterior uncertainty would need for the same probability, which
+    ranks and signs rows exactly as that probability does.
+    """
+    u = np.asarray(log_odds, dtype=float) / (2.0 * C)  # f + clip(f, -1, 1)
+    return np.where(np.abs(u) <= 2.0, 0.5 * u, u - np.sign(u))
+
+
 def class_probabilities(log_p: np.ndarray, axis: int | None = None) -> np.ndarray:
     """Class probabilities from ``log p(y_t = +1 | ·)`` of one or more binary tasks.
 

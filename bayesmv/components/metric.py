@@ -19,6 +19,12 @@ A learned A enters the graph through a free lower-triangular factor ``L`` (``A =
 variable ``A_chol`` holding the packed lower triangle per task) and the prior as a potential;
 the view weights, when learned, are ``Dirichlet(1)`` (flat on the simplex).  The NumPy solvers
 in :mod:`bayesmv.inference.metric` optimise exactly this density (the tests compare the two).
+
+The flat variables (``A_chol``, and ``g`` or ``h`` under ``"paper"``) are
+:class:`~bayesmv.components.base.WideFlat` (flat up to ``½(x/FLAT_SCALE)²``, and drawable), so
+PyMC's prior predictive runs.  It draws them from that wide stand-in and, as PyMC does for
+every potential, ignores the penalties: those draws show the graph's structure, not the prior
+the penalties define.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
 
-from bayesmv.components.base import BuildContext, Component
+from bayesmv.components.base import BuildContext, Component, WideFlat
 from bayesmv.inference.metric import (
     LEARN_A,
     OBJECTIVES,
@@ -109,7 +115,7 @@ class BlockMetricCombiner(Component):
         if self.learn_A in ("full", "sparse"):
             rows, cols = np.tril_indices(n)
             ctx.add_coord("metric_entry", rows.size)
-            packed = pm.Flat("A_chol", dims=("task", "metric_entry"))
+            packed = WideFlat("A_chol", dims=("task", "metric_entry"))
             L = pt.zeros((T, n, n))[:, rows, cols].set(packed)
             A = pm.Deterministic("A", L @ L.transpose(0, 2, 1),
                                  dims=("task", "nystrom_feature", "nystrom_feature_b"))
@@ -138,7 +144,7 @@ class BlockMetricCombiner(Component):
                 if self.objective == "bayes":
                     h = pm.Normal("h", 0.0, 1.0 / np.sqrt(2 * lam), dims=("task", "metric_rank"))
                 else:
-                    h = pm.Flat("h", dims=("task", "metric_rank"))
+                    h = WideFlat("h", dims=("task", "metric_rank"))
                     pm.Potential("g_penalty", -lam * pt.sum(h**2))
                 g = pm.Deterministic("g", h @ pt.as_tensor(L_np.T),
                                      dims=("task", "nystrom_feature"))
@@ -148,7 +154,7 @@ class BlockMetricCombiner(Component):
         if self.objective == "bayes":
             return pm.MvNormal("g", mu=0.0, chol=L / np.sqrt(2 * lam),
                                dims=("task", "nystrom_feature"))
-        g = pm.Flat("g", dims=("task", "nystrom_feature"))
+        g = WideFlat("g", dims=("task", "nystrom_feature"))
         z = pt.linalg.solve_triangular(L, g[..., None], lower=True)[..., 0]   # L⁻¹g
         pm.Potential("g_penalty", -lam * pt.sum(z**2))                     # λ gᵀA⁻¹g
         return g

@@ -10,6 +10,8 @@ and the paper's linear system (eq. 12) is τ times its posterior-mean equations.
 kernels the combiner hands the likelihood this Gaussian latent to integrate out; with random
 features it makes the weights explicit, ``g_t = Ψ θ_t``, ``θ_t ~ N(0, I)``, with
 ``Ψ = [√(1-ϱ) Φ_1, …, √(1-ϱ) Φ_V, √ϱ Φ_×] / (τ √η)`` so that ``Ψ Ψᵀ ≈ K_ϱ / (η τ²)``.
+The bias ``b_t`` has the paper's flat prior, in the graph a
+:class:`~bayesmv.components.base.WideFlat` (flat up to ``½(b/FLAT_SCALE)²``, and drawable).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
 
-from bayesmv.components.base import BuildContext, Component, LatentGaussian
+from bayesmv.components.base import BuildContext, Component, LatentGaussian, WideFlat
 
 
 def tau_of(rho: float, n_views: int) -> float:
@@ -69,7 +71,7 @@ class RhoTensorCombiner(Component):
 
     def build(self, ctx: BuildContext, kernels) -> LatentGaussian:
         rho = self.rho if self.rho is not None else pm.Uniform("rho", 0.0, 1.0)
-        bias = pm.Flat("b", dims="task")
+        bias = WideFlat("b", dims="task")
         if isinstance(kernels, tuple):  # random features: (per-view blocks, product block)
             per_view, joint = kernels
             tau = tau_of(rho, len(per_view))

@@ -113,22 +113,38 @@ class GibbsBlockStep(BlockedStep):
 
 
 def collapsed_log_marginal(Phi: np.ndarray, targets: np.ndarray, lams: list, C: float,
-                           v: float) -> tuple[float, list]:
+                           v: float, with_gradient: bool = False) -> tuple:
     """log p(y, λ | Ω, H) with β ~ N(0, v⁻¹ I) integrated out, up to terms free of Φ.
 
     Given λ the augmented hinge is Gaussian in f: ``(1/C)·N(z; f, λ/C²)`` with
     ``z = y(1 + λ/C)``, so ``∫ p(β) Π_n (…) dβ = N(z; 0, Φ Φᵀ/v + diag(λ/C²))``; by Woodbury
     and the determinant lemma its Φ-dependent part is ``½ bᵀA⁻¹b - ½ log|A|`` with
     ``A = vI + C² Φᵀ diag(1/λ) Φ`` and ``b = Φᵀ C(1 + C/λ) y`` — the precision and linear term
-    of β's conditional.  Returns the value and each task's (mean, Cholesky) of β | λ.
+    of β's conditional.  Returns the value and each task's (mean, Cholesky) of β | λ, and with
+    ``with_gradient`` also the gradient w.r.t. Φ: with ``m = A⁻¹b`` and ``c = C(1 + C/λ) y``,
+    ``∂/∂Φ = (c - C² Φm/λ) mᵀ - C² diag(1/λ) Φ A⁻¹`` summed over tasks.
     """
     total, conditionals = 0.0, []
+    grad = np.zeros_like(Phi) if with_gradient else None
     for t, lam in enumerate(lams):
         chol, b = beta_precision_and_linear(Phi, targets[:, t], lam, C, v)
         mean = linalg.cho_solve((chol, True), b)
         total += 0.5 * float(b @ mean) - float(np.sum(np.log(np.diag(chol))))
         conditionals.append((mean, chol))
-    return total, conditionals
+        if with_gradient:
+            c = C * (1.0 + C / lam) * targets[:, t]
+            Phi_Ainv = linalg.cho_solve((chol, True), Phi.T).T
+            grad += np.outer(c - C**2 * (Phi @ mean) / lam, mean)
+            grad -= C**2 * Phi_Ainv / lam[:, None]
+    return (total, conditionals, grad) if with_gradient else (total, conditionals)
+
+
+def sample_lambdas(spec, Phi: np.ndarray, beta: np.ndarray,
+                   rng: np.random.Generator) -> list[np.ndarray]:
+    """λ | f for every task, ``f = Φ βᵀ`` (the hinge's augmentation, drawn fresh)."""
+    F = Phi @ beta.T
+    return [sample_lambda(spec.C * (1.0 - spec.targets[:, t] * F[:, t]), rng)
+            for t in range(spec.targets.shape[1])]
 
 
 class BetaLambdaGibbs(GibbsBlockStep):
@@ -160,9 +176,7 @@ class BetaLambdaGibbs(GibbsBlockStep):
         s, nat = self.spec, self.spec.natural(point)
         H, Omega = nat["H"], nat["Omega"]
         Phi = fourier_features(H, Omega)
-        F = Phi @ nat["beta"].T
-        lams = [sample_lambda(s.C * (1.0 - s.targets[:, t] * F[:, t]), self.rng)
-                for t in range(s.targets.shape[1])]
+        lams = sample_lambdas(s, Phi, nat["beta"], self.rng)
         logm, conditionals = collapsed_log_marginal(Phi, s.targets, lams, s.C, nat["v"])
         new = dict(point)
         c = float(np.exp(self.rng.normal(0.0, np.exp(self.log_scale_sd))))

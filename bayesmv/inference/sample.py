@@ -26,9 +26,10 @@ from bayesmv.inference.spec import HybridSpec
 def hybrid_steps(built: BuiltModel, target_accept: float = 0.8, tune: int = 0) -> list:
     """The paper's sampler (Alg. 1) as PyMC step methods, in the paper's order.
 
-    β and λ (exact Gibbs) → Ω and H (HMC, λ and U integrated out) → DP mixture (blocked
-    Gibbs) → U, W, V, r, τ (exact Gibbs), then a move of each latent column's scale along
-    the directions the likelihood does not see (:class:`LatentScaleMove`).
+    β and λ (exact Gibbs) → Ω (HMC given λ with β integrated out, then β redrawn) → H (HMC,
+    λ and U integrated out) → DP mixture (blocked Gibbs) → U, W, V, r, τ (exact Gibbs), then
+    a move of each latent column's scale along the directions the likelihood does not see
+    (:class:`LatentScaleMove`).
     """
     spec = HybridSpec.from_built(built)
     model = built.model
@@ -37,8 +38,8 @@ def hybrid_steps(built: BuiltModel, target_accept: float = 0.8, tune: int = 0) -
     beta_vars = [value["beta"]] + ([value["v_log__"]] if spec.precision_prior else [])
     steps = [
         BetaLambdaGibbs(beta_vars, spec, model=model),
-        FrequencyHMC([value["Omega"]], spec, n_tune=tune, target_accept=target_accept,
-                     model=model),
+        FrequencyHMC([value["Omega"], value["beta"]], spec, n_tune=tune,
+                     target_accept=target_accept, model=model),
         LatentHMC([value["H"]], spec, target_accept=target_accept, model=model),
     ]
     if spec.is_dp:

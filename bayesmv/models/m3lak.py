@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import numbers
 import time
 
 import numpy as np
 import pandas as pd
 import xarray as xr
+from scipy.special import logsumexp
 
 from bayesmv.builder import BuiltModel, ModelBuilder
 from bayesmv.components import (
@@ -18,7 +20,11 @@ from bayesmv.components import (
     SharedLatent,
     SumCombiner,
 )
-from bayesmv.components.likelihoods import class_probabilities, log_hinge_probability
+from bayesmv.components.likelihoods import (
+    class_probabilities,
+    hinge_decision_value,
+    log_hinge_probability,
+)
 from bayesmv.data import ViewStandardizer, label_tasks
 from bayesmv.diagnostics.convergence import check_convergence, warn_if_not_converged
 from bayesmv.inference.sample import check_nuts_sampler, run_sampler
@@ -89,7 +95,9 @@ class M3LAK(MultiViewClassifier):
     standardize : bool, default True
         Standardise each view on the observed training rows.
     n_latent_draws : int, default 16
-        Draws of the test latent h* per posterior draw for ``predict_proba``.
+        Draws of the test latent h* per posterior draw for ``predict_proba`` and
+        ``decision_function`` (the same standard-normal draws for every row, so a row's
+        prediction does not depend on the other rows predicted with it).
     max_predict_draws : int, default 200
         Posterior draws used at prediction time (evenly thinned).
     target_accept : float, default 0.8
@@ -300,24 +308,43 @@ class M3LAK(MultiViewClassifier):
                 out.append(damp * np.cos(S) @ bc.T / np.sqrt(M)
                            + damp * np.sin(S) @ bs.T / np.sqrt(M) + b0)
                 continue
-            z = rng.standard_normal((self.n_latent_draws,) + mean.shape)
-            noise = np.empty_like(z)
+            # common random numbers: every row uses the same z, so that a row's Monte-Carlo
+            # average does not change with the batch it is predicted in
+            z = rng.standard_normal((self.n_latent_draws, mean.shape[1]))
+            noise = np.empty((self.n_latent_draws,) + mean.shape)
             for p in range(len(chols)):
-                rows = pattern == p
                 # h = μ + L^{-T} z  (row form z L⁻¹)
-                noise[:, rows] = np.linalg.solve(chols[p], z[:, rows].reshape(-1, mean.shape[1])
-                                                 .T).T.reshape(z[:, rows].shape)
+                noise[:, pattern == p] = np.linalg.solve(chols[p], z.T).T[:, None, :]
             S = (mean + noise) @ Omega.T
             out.append((np.cos(S) @ bc.T + np.sin(S) @ bs.T) / np.sqrt(M) + b0)
         return np.asarray(out)
 
+    def _log_predictive(self, X) -> tuple[np.ndarray, np.ndarray]:
+        """``log p(y_t = ±1 | x*)``, (n_samples, n_tasks): the normalised hinge likelihood
+        averaged over the posterior draws and the draws of ``h* | x*``."""
+        f = self._predictive_f(X, sample_latent=True)
+        f = f.reshape(-1, *f.shape[-2:])
+        mean_log = functools.partial(logsumexp, axis=0, b=1.0 / f.shape[0])
+        return (mean_log(log_hinge_probability(f, self.C)),
+                mean_log(log_hinge_probability(-f, self.C)))
+
     def decision_function(self, X) -> np.ndarray:
-        """Posterior mean of the decision value ``f`` (test latents integrated exactly).
+        """Moderated decision values: the ``f`` whose hinge probability is
+        ``predict_proba``'s posterior-averaged one.
+
+        ``f`` is nonlinear in the test latent ``h*``, so the posterior predictive probability
+        is not a function of the posterior mean of ``f``: ranking rows by that mean would
+        disagree with ``predict_proba``.  The moderated value (MacKay 1992) inverts the hinge
+        log-odds ``2C·(f + clip(f, -1, 1))`` at the log-odds of ``predict_proba``'s
+        probability, from the same draws, so it ranks rows as that probability does and its
+        sign is ``predict``'s class.  The posterior mean of ``f`` per draw (``h*`` integrated
+        exactly) is ``_decision_draws``.
 
         Shape (n_samples,) for binary problems (positive favours ``classes_[1]``), else
         (n_samples, n_classes).
         """
-        f = self._predictive_f(X, sample_latent=False).mean(axis=0)
+        log_pos, log_neg = self._log_predictive(X)
+        f = hinge_decision_value(log_pos - log_neg, self.C)
         return f[:, 0] if f.shape[1] == 1 else f
 
     def predict_proba(self, X) -> np.ndarray:
@@ -327,13 +354,12 @@ class M3LAK(MultiViewClassifier):
         over the test latents ``h* | x*``; one-vs-rest scores are renormalised to sum to one
         (in log space, so that scores that all underflow still give a distribution).
         """
-        log_p = log_hinge_probability(self._predictive_f(X, sample_latent=True), self.C)
-        return class_probabilities(log_p.reshape(-1, *log_p.shape[-2:]), axis=0)
+        return class_probabilities(self._log_predictive(X)[0])
 
     # ------------------------------------------------------------ diagnostics
     def _decision_draws(self, X) -> np.ndarray:
         """Per posterior draw, ``E[f* | x*, draw]`` with the test latent ``h*`` integrated out
-        exactly: (n_draws, n_samples, n_tasks); their mean is ``decision_function(X)``."""
+        exactly: (n_draws, n_samples, n_tasks)."""
         return self._predictive_f(X, sample_latent=False)
 
     def _class_probability_draws(self, X) -> np.ndarray:

@@ -34,6 +34,8 @@ __all__ = ["MVML"]
 
 #: noise variance of the least-squares likelihood implied by the objective ||y - f||²
 NOISE_VARIANCE = 0.5
+#: κ = 2/σ²: the Gaussian likelihood normalised over the targets ±1 is σ(κf)
+_SLOPE = 2.0 / NOISE_VARIANCE
 # Gauss–Hermite nodes for E[sigmoid(·)] under a Gaussian: exact to ~1e-10 here
 
 
@@ -383,11 +385,30 @@ class MVML(MultiViewClassifier):
             var[:, t] = 0.5 * np.einsum("ij,ij->i", ZC, ZC)
         return mean, np.sqrt(var)
 
+    def _log_predictive(self, X) -> tuple[np.ndarray, np.ndarray]:
+        """``log p(y_t = ±1 | x*)``, (n_samples, n_tasks): ``σ(±κf)`` averaged over the
+        Gaussian posterior of f*."""
+        mean, std = self.decision_distribution(X)
+        return (log_expected_sigmoid(mean, std**2, _SLOPE),
+                log_expected_sigmoid(-mean, std**2, _SLOPE))
+
     def decision_function(self, X) -> np.ndarray:
-        """Posterior mean of the decision value: (n_samples,) for two classes (positive favours
-        ``classes_[1]``), else (n_samples, n_classes)."""
-        mean, _ = self.decision_distribution(X)
-        return mean[:, 0] if mean.shape[1] == 1 else mean
+        """Moderated decision values: ``logit(p)/κ`` of ``predict_proba``'s probability p,
+        with ``κ = 2/σ² = 4`` the slope of the normalised likelihood ``σ(κf)``.
+
+        This is the decision value a row without posterior uncertainty would need for the same
+        probability (MacKay 1992's moderated output).  The posterior mean of f alone
+        (``decision_distribution``) ranks rows differently from the probability wherever
+        their posterior variances differ; the moderated value ranks them exactly as
+        ``predict_proba`` does and has the sign of the posterior mean (σ is symmetric), hence
+        of ``predict``'s class.
+
+        Shape (n_samples,) for two classes (positive favours ``classes_[1]``), else
+        (n_samples, n_classes).
+        """
+        log_pos, log_neg = self._log_predictive(X)
+        f = (log_pos - log_neg) / _SLOPE
+        return f[:, 0] if f.shape[1] == 1 else f
 
     def predict_proba(self, X) -> np.ndarray:
         """Class probabilities: the normalised Gaussian likelihood
@@ -395,5 +416,9 @@ class MVML(MultiViewClassifier):
         (:func:`~bayesmv.components.likelihoods.log_expected_sigmoid`, as ϱTMV-RKM);
         one-vs-rest scores renormalised to sum to one (in log space, so that scores that all
         underflow still give a distribution)."""
-        mean, std = self.decision_distribution(X)
-        return class_probabilities(log_expected_sigmoid(mean, std**2, 2.0 / NOISE_VARIANCE))
+        return class_probabilities(self._log_predictive(X)[0])
+
+    def _decision_draws(self, X) -> np.ndarray:
+        """The posterior mean of f at X as one draw (n_draws = 1, n_samples, n_tasks): the
+        decision value itself, not the moderated ``decision_function``."""
+        return self.decision_distribution(X)[0][None]

@@ -4,8 +4,10 @@ The paper's linear system (eq. 12) is τ times the posterior-mean equations of a
 process on the ±1 targets (:mod:`bayesmv.components.tensor`), so MAP is the
 posterior mean and the Laplace approximation is exact.  The fit is the closed form built from
 the graph's pieces (one Cholesky factor shared by every one-vs-rest or output-code task); the
-``pm.Model`` of the same graph is available from :meth:`RhoTMVRKM.build_model`, and its
-density is what chooses ϱ, λ and the kernel widths (type-II maximum likelihood).
+``pm.Model`` of the same graph is available from :meth:`RhoTMVRKM.build_model`.  ϱ, λ and the
+kernel widths are chosen by the exact leave-one-out cross-entropy of the calibrated
+classifier with proper hyper-priors, or by the graph's density (type-II maximum likelihood);
+see :mod:`bayesmv.inference.evidence`.
 """
 
 from __future__ import annotations
@@ -18,16 +20,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import xarray as xr
+from scipy import linalg
 from scipy.special import log_expit
 
 from bayesmv.builder import BuiltModel, ModelBuilder
 from bayesmv.components.base import Identity
 from bayesmv.components.kernels import KERNELS, ViewKernels, ViewRandomFeatures
-from bayesmv.components.likelihoods import (
-    GaussianLikelihood,
-    class_probabilities,
-    log_expected_sigmoid,
-)
+from bayesmv.components.likelihoods import GaussianLikelihood, log_expected_sigmoid
 from bayesmv.components.tensor import (
     RhoTensorCombiner,
     combine_kernels,
@@ -36,7 +35,17 @@ from bayesmv.components.tensor import (
 )
 from bayesmv.data import MultiViewData, ViewStandardizer, label_tasks
 from bayesmv.inference.conjugate import FeaturePosterior, KernelPosterior
-from bayesmv.inference.evidence import LOG_LAM_RANGE, RhoTensorEvidence
+from bayesmv.inference.evidence import (
+    LOG_LAM_RANGE,
+    RhoTensorEvidence,
+    RhoTensorLOO,
+    fit_slope,
+    loo_decision_values,
+    loo_pieces,
+    loo_variance,
+    own_kernel_rule,
+    platt_targets,
+)
 from bayesmv.models.base import MultiViewClassifier, register
 from bayesmv.params import check_positive
 
@@ -53,6 +62,40 @@ def output_codes(n_classes: int, multiclass: str) -> np.ndarray:
     return 2.0 * bits - 1.0
 
 
+def class_log_probabilities(F: np.ndarray, var: np.ndarray | None, slope: float,
+                            codes: np.ndarray) -> np.ndarray:
+    """Class log-probabilities from decision values: independent calibrated output bits.
+
+    Output l says bit ``c = ±1`` with probability ``p_l(c) = E[sigmoid(c · slope · F_l)]``
+    over ``F_l ~ N(F, var)`` (``var`` None or 0: the plug-in ``sigmoid(c · slope · F_l)``),
+    and ``p(class k) ∝ Π_l p_l(codes[k, l])``.  For plug-in values that is
+    ``softmax((slope/2) · F @ codes.T)``: for one-vs-all the temperature-scaled softmax of
+    the outputs, ``softmax(slope · F_k)``, for two classes ``sigmoid(slope · F)``.
+    Normalised in log space, so a row whose every bit underflows still sums to one.
+
+    Parameters
+    ----------
+    F : ndarray (..., n_samples, n_outputs)
+    var : ndarray (n_samples,) or None
+        Variance of each row's decision values (the same for every output).
+    slope : float
+    codes : ndarray (n_classes, n_outputs)
+        The ±1 output codes (:func:`output_codes`).
+    """
+    def log_bit(sign: float) -> np.ndarray:
+        if var is None:
+            return log_expit(sign * slope * F)
+        return log_expected_sigmoid(sign * F, var[:, None], slope)
+
+    log_p = log_bit(1.0) @ (codes.T > 0) + log_bit(-1.0) @ (codes.T < 0)
+    # -inf everywhere (possible only for |F| near the float limit) would make the result NaN;
+    # written out rather than scipy's log_softmax, whose per-call overhead dominates the
+    # thousands of small calls of the slope fits
+    log_p = np.maximum(log_p, -np.finfo(float).max)
+    log_p = log_p - np.max(log_p, axis=-1, keepdims=True)
+    return log_p - np.log(np.sum(np.exp(log_p), axis=-1, keepdims=True))
+
+
 @register
 class RhoTMVRKM(MultiViewClassifier):
     """ϱ-tensor multi-view restricted kernel machine (Houthuys & Suykens), exact and Bayesian.
@@ -61,10 +104,10 @@ class RhoTMVRKM(MultiViewClassifier):
     ----------
     rho : float in [0, 1] or None
         ϱ: 0 is MV-RKM (per-view weights, late fusion), 1 is TMV-RKM (tensor product of the
-        views, early fusion).  None: chosen by the marginal likelihood.
+        views, early fusion).  None: chosen by ``criterion``.
     lam : float > 0 or None
         λ, the least-squares regularisation (the noise variance ``λ/τ²`` on the targets'
-        scale).  None: chosen by the marginal likelihood.
+        scale).  None: chosen by ``criterion``.
     eta : float > 0, default 1.0
         η: the prior covariance of the decision values is ``K_ϱ/(η τ²)``.  The decision
         values depend on λ and η only through ``λη``; η also sets the prior's scale, which
@@ -72,29 +115,56 @@ class RhoTMVRKM(MultiViewClassifier):
     kernel : {"rbf", "linear"} or one per view
     gamma : float, "scale", None, or one per view
         RBF width in ``exp(-γ ||x - x'||²)``.  ``"scale"``: ``1 / (D_v · Var(X_v))`` as in
-        scikit-learn (``1/D_v`` for standardised views).  None: chosen by the marginal
-        likelihood.
+        scikit-learn (``1/D_v`` for standardised views).  None: chosen by ``criterion``:
+        ``"loo"`` gives every such view ``m`` times its ``"scale"`` width with one common
+        multiplier m; ``"evidence"`` chooses one γ per view.
+    criterion : {"loo", "evidence"}, default "loo"
+        How the hyper-parameters left None are chosen (no cross-validation either way).
+        ``"loo"``: the exact leave-one-out cross-entropy of the calibrated probabilities
+        (no refits: one Cholesky factor per evaluation serves every output) plus weak proper
+        hyper-priors ``ϱ ~ Beta(1.1, 1.1)``, ``λη/(λη + τ) ~ Beta(1.5, 1.5)`` (the noise
+        share of the targets' prior variance) and ``log m ~ N(0, 3²)``, which decide only
+        where the cross-entropy is flat and keep the choice off the search range's edges
+        (λ ∈ [1e-8, 1e3], m ∈ [1e-4, 1e2], logit ϱ ∈ [-10, 10]).
+        ``"evidence"``: the restricted marginal likelihood of the Gaussian model (type-II
+        maximum likelihood with flat priors); on ±1 targets it tends to interpolate
+        (λ at its lower bound 1e-8), so its choices predict worse.
+        :mod:`bayesmv.inference.evidence` has both.
+    calibration : {"temperature", "likelihood"}, default "temperature"
+        Where ``predict_proba`` comes from.  ``"temperature"``: each output's decision value
+        F (``decision_function``'s, the paper's rule) gives ``p(+1) = sigmoid(s·F)``, combined
+        over outputs as in :func:`class_log_probabilities`, with one slope s > 0 fitted to
+        the exact leave-one-out decision values of the training rows against Platt's
+        smoothed targets (temperature scaling on leave-one-out values: no held-out data,
+        no refits).  ``"likelihood"``: the Gaussian model's own predictive, the likelihood of
+        each class's ±1 target vector at ``h = g(x) + b`` normalised over the classes (two
+        classes: ``sigmoid(2h τ²/λ)``); with a small λ it is nearly 0/1 (overconfident).
     decision_rule : {"add", "mean"}
         ``"add"`` (paper eq. 15): ``(1/η) Σ_k α_k [(1-ϱ) Σ_v K_v + ϱ Π_v K_v](x, x_k) + b``;
         ``"mean"`` (eq. 17): ``(1/η) Σ_k α_k (1/V) Σ_v K_v(x, x_k) + b``.
     inference : {"map", "laplace"}
         Both are exact (the posterior is Gaussian) and give the same decision values.
         ``"laplace"`` also keeps the posterior covariance: ``idata_`` holds exact joint draws
-        of the training decision values and ``predict_proba`` averages over the posterior.
+        of the training decision values and ``predict_proba`` averages each output's bit
+        probability over the posterior (of eq. 15's ``τg + b`` with
+        ``calibration="temperature"``, whose slope is then fitted to the leave-one-out
+        posterior predictive; eq. 17's values are not a quantity of the model, so ``"mean"``
+        with ``"laplace"`` needs ``calibration="likelihood"``).
         ``"map"`` gives plug-in probabilities.
     multiclass : {"ova", "moc"}
         One-vs-all outputs, or minimum output coding (⌈log₂ n_classes⌉ outputs).
     n_features : int or None
         None: exact kernels (O(N³)).  An integer M: random Fourier features, M frequencies per
         RBF view and M for the product term (drawn jointly), so fit and predict grow linearly
-        in N.
+        in N; the hyper-parameters are still chosen with exact kernels (see
+        ``ml_max_samples``), the calibration slope on the random-feature fit itself.
     random_seed : int or None
-        Seeds the random features, the marginal-likelihood subsample and the Laplace draws.
+        Seeds the random features, the selection subsample and the Laplace draws.
     laplace_draws : int, default 200
         Joint posterior draws stored in ``idata_`` by ``inference="laplace"``.
     ml_max_samples : int, default 2000
-        The marginal likelihood costs O(N³) per evaluation; above this many training rows
-        the hyper-parameters are chosen on a random subsample of this size (exact kernels).
+        Either criterion costs O(N³) per evaluation; above this many training rows the
+        hyper-parameters are chosen on a random subsample of this size (exact kernels).
     view_sizes : sequence of int or None
         Widths of the views when X is one concatenated array.
     standardize : bool, default True
@@ -104,24 +174,32 @@ class RhoTMVRKM(MultiViewClassifier):
     ----------
     rho_, lam_, gamma_ : the hyper-parameters used (given or chosen); ``gamma_`` has one entry
         per view (None for linear views).
-    evidence_ : dict
-        The marginal-likelihood search: free parameters, -log evidence, iterations, seconds,
-        rows used, and the parameters that ended on the search range's edge (``at_bounds``:
-        the evidence still rises beyond it, e.g. λ → 0 when the labels can be interpolated).
+    slope_ : float or None
+        The calibration slope s (None with ``calibration="likelihood"``).
+    selection_ : dict
+        How the hyper-parameters were chosen: ``criterion``, the free parameters, the
+        criterion's value, evaluations, seconds, rows used, and the parameters that ended on
+        the search range's edge (``at_bounds``; for the evidence typically ``lam``: it still
+        rises as λ → 0 when the labels can be interpolated).  ``evidence_`` is the same dict.
     idata_ : arviz.InferenceData
         ``posterior``: the model's decision values ``f = g + b`` at the training points
         (one draw for MAP, exact draws for Laplace), ``b`` and the hyper-parameters;
-        ``fit``: what prediction needs (dual weights and training views, or feature weights).
+        ``fit``: what prediction needs (dual weights and training views, or feature weights)
+        and, with ``calibration="temperature"``, the exact leave-one-out decision values the
+        slope was fitted to (``f_loo``; Laplace: also their variances ``f_loo_var``).
 
     Notes
     -----
-    ``predict`` follows the paper's decision rule (sign, largest one-vs-all value, or nearest
-    output code).  ``predict_proba`` is the Gaussian model's posterior predictive: the
-    likelihood normalised over the two targets, ``p(y=+1 | h) = sigmoid(2h τ²/λ)`` with
-    ``h = g(x) + b``, averaged over the posterior of h.  For ϱ < 1 the paper's rules weigh the
-    kernel part by τ against the bias (eq. 15 uses b where the training system has τb), so
-    the argmax of ``predict_proba`` can differ from ``predict`` near the boundary.
-    Missing views are not supported: a row with a missing view is an error.
+    ``predict`` is the most probable class under ``predict_proba``.  With
+    ``calibration="temperature"`` that is the paper's rule for two classes and one-vs-all
+    (the sign, or the largest one-vs-all value, of ``decision_function``), and for two classes
+    ``predict_proba[:, 1]`` increases with ``decision_function`` (with ``inference="map"``;
+    the Laplace average also weighs each row's posterior variance).  For output codes it is
+    the class whose code bits are jointly most probable.  With ``calibration="likelihood"``
+    the probabilities come from the Gaussian model's ``h``, which for ϱ < 1 weighs the kernel
+    part against the bias differently from the paper's rules (eq. 15 uses b where the
+    training system has τb), so ``predict`` can differ from the paper's rule near the
+    boundary.  Missing views are not supported: a row with a missing view is an error.
     """
 
     def __init__(
@@ -131,6 +209,8 @@ class RhoTMVRKM(MultiViewClassifier):
         eta: float = 1.0,
         kernel: str | Sequence[str] = "rbf",
         gamma: float | str | Sequence[float | str | None] | None = None,
+        criterion: str = "loo",
+        calibration: str = "temperature",
         decision_rule: str = "add",
         inference: str = "map",
         multiclass: str = "ova",
@@ -146,6 +226,8 @@ class RhoTMVRKM(MultiViewClassifier):
         self.eta = eta
         self.kernel = kernel
         self.gamma = gamma
+        self.criterion = criterion
+        self.calibration = calibration
         self.decision_rule = decision_rule
         self.inference = inference
         self.multiclass = multiclass
@@ -164,11 +246,21 @@ class RhoTMVRKM(MultiViewClassifier):
             raise ValueError(f"rho must lie in [0, 1] or be None, got {self.rho!r}")
         check_positive("lam", self.lam, allow_none=True)
         check_positive("eta", self.eta)
-        for name, value, options in (("decision_rule", self.decision_rule, ("add", "mean")),
+        for name, value, options in (("criterion", self.criterion, ("loo", "evidence")),
+                                     ("calibration", self.calibration,
+                                      ("temperature", "likelihood")),
+                                     ("decision_rule", self.decision_rule, ("add", "mean")),
                                      ("inference", self.inference, ("map", "laplace")),
                                      ("multiclass", self.multiclass, ("ova", "moc"))):
             if value not in options:
                 raise ValueError(f"{name} must be one of {options}, got {value!r}")
+        if (self.inference == "laplace" and self.decision_rule == "mean"
+                and self.calibration == "temperature"):
+            raise ValueError("inference='laplace' averages the calibrated probabilities over "
+                             "the posterior of the decision values, and eq. 17's values "
+                             "(decision_rule='mean') are not a quantity of the model: use "
+                             "decision_rule='add', inference='map' or "
+                             "calibration='likelihood'")
         for name in ("laplace_draws", "ml_max_samples") + (
                 ("n_features",) if self.n_features is not None else ()):
             check_positive(name, getattr(self, name), integer=True)
@@ -230,12 +322,13 @@ class RhoTMVRKM(MultiViewClassifier):
         Hyper-parameters given to the estimator are fixed in the graph; those left None are
         free variables, so ``pm.find_MAP`` or ``pm.sample`` on it work on the marginal model.
         """
-        data, Y, _, _, kernels, gammas, _ = self._prepare_fit(X, y)
-        built = self.make_builder(kernels, gammas, self.rho, self.lam).build(data, Y)
+        prepared = self._prepare_fit(X, y)
+        built = self.make_builder(prepared["kernels"], prepared["gammas"], self.rho,
+                                  self.lam).build(prepared["data"], prepared["Y"])
         return built
 
     # ------------------------------------------------------------------ fit
-    def _prepare_fit(self, X, y):
+    def _prepare_fit(self, X, y) -> dict[str, Any]:
         self._validate_params()
         data, classes, y_index = self._validate_training_data(X, y)
         self._reject_missing(data, "X")
@@ -243,30 +336,45 @@ class RhoTMVRKM(MultiViewClassifier):
         standardizer = ViewStandardizer().fit(data) if self.standardize else None
         if standardizer is not None:
             data = standardizer.transform(data)
-        gammas = [1.0 / (X.shape[1] * max(float(X.var()), 1e-300)) if g == "scale" else g
-                  for g, X in zip(gammas, data.views, strict=True)]
+        # scikit-learn's "scale" width of each view: the reference the criterion multiplies
+        scale = [1.0 / (X.shape[1] * max(float(X.var()), 1e-300)) for X in data.views]
+        gammas = [sc if g == "scale" else g for g, sc in zip(gammas, scale, strict=True)]
         gammas = [None if k == "linear" else g for k, g in zip(kernels, gammas, strict=True)]
         codes = output_codes(len(classes), self.multiclass)
-        Y = codes[y_index]
-        return data, Y, classes, codes, kernels, gammas, standardizer
+        return {"data": data, "Y": codes[y_index], "y_index": y_index, "classes": classes,
+                "codes": codes, "kernels": kernels, "gammas": gammas, "scale_gammas": scale,
+                "standardizer": standardizer}
 
-    def _choose_hyperparameters(self, data, Y, kernels, gammas) -> tuple[list, float, float,
-                                                                         dict]:
+    def _choose_hyperparameters(self, prepared: dict[str, Any]) -> tuple[list, float, float,
+                                                                          dict]:
+        kernels, gammas, Y = prepared["kernels"], prepared["gammas"], prepared["Y"]
+        codes = prepared["codes"]
         free = ([g for k, g in zip(kernels, gammas, strict=True) if k == "rbf" and g is None]
                 or self.rho is None or self.lam is None)
         if not free:
-            return gammas, float(self.lam), float(self.rho), {"free": []}
-        views = data.views
-        if data.n_samples > self.ml_max_samples:
+            return gammas, float(self.lam), float(self.rho), {"criterion": None, "free": []}
+        views, y_index = prepared["data"].views, prepared["y_index"]
+        if len(Y) > self.ml_max_samples:
             rng = np.random.default_rng(np.random.SeedSequence([self._seed(), 1]))
-            rows = np.sort(rng.choice(data.n_samples, self.ml_max_samples, replace=False))
-            views, Y = [X[rows] for X in views], Y[rows]
-        result = RhoTensorEvidence(views, kernels, Y, self.eta, gammas, self.lam,
-                                   self.rho).maximise()
-        info = {"free": list(result.free), "neg_log_evidence": result.neg_log_evidence,
-                "n_iterations": result.n_iterations, "seconds": result.seconds,
-                "n_samples": result.n_samples, "at_bounds": list(result.at_bounds)}
-        return result.gammas, result.lam, result.rho, info
+            rows = np.sort(rng.choice(len(Y), self.ml_max_samples, replace=False))
+            views, Y, y_index = [X[rows] for X in views], Y[rows], y_index[rows]
+        if self.criterion == "evidence":
+            result = RhoTensorEvidence(views, kernels, Y, self.eta, gammas, self.lam,
+                                       self.rho).maximise()
+            info = {"criterion": "evidence", "free": list(result.free),
+                    "neg_log_evidence": result.neg_log_evidence,
+                    "n_iterations": result.n_iterations, "seconds": result.seconds,
+                    "n_samples": result.n_samples, "at_bounds": list(result.at_bounds)}
+            return result.gammas, result.lam, result.rho, info
+        loo = RhoTensorLOO(views, kernels, Y, y_index, len(prepared["classes"]),
+                           lambda F, t: class_log_probabilities(F, None, t, codes), self.eta,
+                           gammas, prepared["scale_gammas"], self.lam, self.rho,
+                           self.decision_rule).minimise()
+        info = {"criterion": "loo", "free": list(loo.free), "value": loo.criterion,
+                "cross_entropy": loo.cross_entropy, "width": loo.width, "slope": loo.slope,
+                "n_evaluations": loo.n_evaluations, "seconds": loo.seconds,
+                "n_samples": loo.n_samples, "at_bounds": list(loo.at_bounds)}
+        return loo.gammas, loo.lam, loo.rho, info
 
     def _seed(self) -> int:
         return 0 if self.random_seed is None else int(self.random_seed)
@@ -285,34 +393,57 @@ class RhoTMVRKM(MultiViewClassifier):
         self
         """
         start = time.perf_counter()
-        data, Y, classes, codes, kernels, gammas, standardizer = self._prepare_fit(X, y)
-        gammas, lam, rho, evidence = self._choose_hyperparameters(data, Y, kernels, gammas)
+        prepared = self._prepare_fit(X, y)
+        data, Y, codes = prepared["data"], prepared["Y"], prepared["codes"]
+        gammas, lam, rho, selection = self._choose_hyperparameters(prepared)
         tau = tau_of(rho, data.n_views)
         rng = np.random.default_rng(np.random.SeedSequence([self._seed(), 2]))
-        fitted = {"rho": rho, "lam": lam, "gammas": gammas, "kernels": kernels, "tau": tau}
+        fitted = {"rho": rho, "lam": lam, "gammas": gammas, "kernels": prepared["kernels"],
+                  "tau": tau}
         if self.n_features is None:
             fit_group, f_train, b_train = self._fit_exact(data.views, Y, fitted, rng)
         else:
             fit_group, f_train, b_train = self._fit_features(data.views, Y, fitted, rng)
+        slope = None
+        if self.calibration == "temperature":
+            F_loo, var_loo = fitted["loo"]
+            usable = np.all(np.isfinite(F_loo), axis=1)
+            if var_loo is not None:
+                usable &= np.isfinite(var_loo)
+                fit_group["f_loo_var"] = ("sample", var_loo)
+            fit_group["f_loo"] = (("sample", "task"), F_loo)
+            var = None if var_loo is None else var_loo[usable]
+            targets = platt_targets(prepared["y_index"], len(prepared["classes"]))[usable]
+            slope, _ = fit_slope(
+                lambda t: class_log_probabilities(F_loo[usable], var, t, codes), targets)
         idata = self._make_idata(f_train, b_train, fitted, fit_group, data, Y)
         idata.posterior.attrs["fit_seconds"] = time.perf_counter() - start
-        idata.posterior.attrs["selection_seconds"] = float(evidence.get("seconds", 0.0))
+        idata.posterior.attrs["selection_seconds"] = float(selection.get("seconds", 0.0))
         # fitted state only now, in one step: a failure above leaves a previous fit untouched
-        self._commit(classes_=classes, codes_=codes,
-                     layout_=data.layout,
-                     standardizer_=standardizer, rho_=rho, lam_=lam, gamma_=gammas,
-                     kernels_=kernels, evidence_=evidence, idata_=idata,
+        self._commit(classes_=prepared["classes"], codes_=codes, layout_=data.layout,
+                     standardizer_=prepared["standardizer"], rho_=rho, lam_=lam,
+                     gamma_=gammas, kernels_=prepared["kernels"], slope_=slope,
+                     selection_=selection, idata_=idata,
                      n_features_in_=int(sum(data.view_sizes)),
                      _cache={"posterior": fitted["posterior"]} if "posterior" in fitted else {})
         return self
 
+    @property
+    def evidence_(self) -> dict:
+        """The same dict as ``selection_`` (its name before ``criterion`` existed)."""
+        return self.selection_
+
     def _fit_exact(self, views, Y, fitted, rng):
         rho, lam, tau = fitted["rho"], fitted["lam"], fitted["tau"]
-        feature_map = ViewKernels(fitted["kernels"], fitted["gammas"])
-        K = combine_kernels(feature_map.grams(views, fitted["gammas"]), rho) / (self.eta * tau**2)
+        grams = ViewKernels(fitted["kernels"], fitted["gammas"]).grams(views, fitted["gammas"])
+        K = combine_kernels(grams, rho) / (self.eta * tau**2)
         noise = lam / tau**2
         post = KernelPosterior.fit(K, Y, noise, what="the combined kernel matrix plus λ")
         fitted["posterior"] = post  # predictions reuse this factorisation
+        if self.calibration == "temperature":
+            G = None if self.decision_rule == "add" else (
+                np.sum(grams, axis=0) / (len(grams) * self.eta * tau))
+            fitted["loo"] = self._loo(loo_pieces(post, Y, noise, G, tau), noise, tau)
         if self.inference == "laplace":
             g, b = post.draws(K, Y, noise, self.laplace_draws, rng)
             f_train = g + b[:, None, :]
@@ -323,15 +454,48 @@ class RhoTMVRKM(MultiViewClassifier):
             group[f"X_train_{v}"] = (("sample", f"feature_{v}"), X)
         return group, f_train, b
 
+    def _loo(self, pieces: dict[str, Any], noise: float, tau: float):
+        """Leave-one-out decision values of the rule at the training rows and (Laplace)
+        their posterior variances; NaN where rounding left ``P_ii ≤ 0`` (a row the fit
+        interpolates, such as a duplicate at a tiny λ)."""
+        P_diag, u = pieces["P_diag"], pieces["u"]
+        bad = ~(P_diag > 0)
+        safe = np.where(bad, 1.0, P_diag)
+        F_loo = loo_decision_values(pieces["F"], pieces["W"], safe, pieces["GP_diag"], u)
+        F_loo[bad] = np.nan
+        if self.inference != "laplace":
+            return F_loo, None
+        var = loo_variance(safe, u, pieces["ones_precision"], noise, tau)
+        var[bad] = np.nan
+        return F_loo, var
+
     def _fit_features(self, views, Y, fitted, rng):
         rho, lam, tau = fitted["rho"], fitted["lam"], fitted["tau"]
         rff = ViewRandomFeatures(self.n_features, fitted["kernels"], fitted["gammas"],
                                  random_state=self.random_seed)
         per_view, joint = rff.blocks(views)
         Psi = feature_design(per_view, joint, rho, self.eta)
-        post = FeaturePosterior.fit(Psi, Y, lam / tau**2)
+        noise = lam / tau**2
+        post = FeaturePosterior.fit(Psi, Y, noise)
         f_mean = Psi @ post.theta + post.bias
         alpha = tau * (Y - f_mean) / lam  # the paper's dual variables y ⊙ h
+        if self.calibration == "temperature":
+            # the same leave-one-out pieces in the primal: P = (I - H)/σ² with the hat matrix
+            # H = Ψ̃ A⁻¹ Ψ̃ᵀ / σ² (Ψ̃ = [Ψ, 1]), u = the bias row of A⁻¹Ψ̃ᵀ/σ², 1ᵀC⁻¹1 = L_bb²
+            Psi1 = np.concatenate([Psi, np.ones((len(Psi), 1))], axis=1)
+            Z = linalg.solve_triangular(post.chol, Psi1.T, lower=True)
+            L_bb = post.chol[-1, -1]
+            P_diag = (1.0 - np.sum(Z**2, axis=0) / noise) / noise
+            u = Z[-1] / (L_bb * noise)
+            W = (Y - f_mean) / noise
+            if self.decision_rule == "add":
+                F, GP_diag = own_kernel_rule(Y, post.bias, W, P_diag, u, noise, tau)
+            else:  # eq. 17's kernel c·R Rᵀ on the views' own blocks
+                R, c = np.concatenate(per_view, axis=1), 1.0 / (len(views) * self.eta * tau)
+                PR = (R - Psi1 @ linalg.cho_solve((post.chol, True), Psi1.T @ R) / noise) / noise
+                F, GP_diag = c * R @ (R.T @ W) + post.bias, c * np.einsum("ij,ij->i", R, PR)
+            fitted["loo"] = self._loo({"F": F, "W": W, "P_diag": P_diag, "GP_diag": GP_diag,
+                                       "u": u, "ones_precision": L_bb**2}, noise, tau)
         group = {"coef": (("weight1", "task"), post.coef), "bias": ("task", post.bias)}
         for v, (B, E) in enumerate(zip(per_view, rff.base, strict=True)):
             group[f"u_{v}"] = ((f"block_{v}", "task"), B.T @ alpha)
@@ -367,15 +531,17 @@ class RhoTMVRKM(MultiViewClassifier):
 
     # ----------------------------------------------------------- persistence
     def _extra_state(self) -> dict[str, Any]:
+        # JSON writes a float's shortest repr, which reads back bit-identically
         return {"rho": self.rho_, "lam": self.lam_, "gamma": self.gamma_,
                 "kernels": self.kernels_, "codes": self.codes_.tolist(),
-                "evidence": self.evidence_}
+                "slope": self.slope_, "selection": self.selection_}
 
     def _set_extra_state(self, state: dict[str, Any]) -> None:
         self.rho_, self.lam_ = float(state["rho"]), float(state["lam"])
         self.gamma_, self.kernels_ = state["gamma"], state["kernels"]
         self.codes_ = np.asarray(state["codes"], dtype=float)
-        self.evidence_ = state["evidence"]
+        self.slope_ = None if state["slope"] is None else float(state["slope"])
+        self.selection_ = state["selection"]
         self._cache = {}
 
     # ----------------------------------------------------------- prediction
@@ -426,23 +592,24 @@ class RhoTMVRKM(MultiViewClassifier):
             self._cache["posterior"] = KernelPosterior.fit(K, Y, self.lam_ / self.tau_**2)
         return self._cache["posterior"]
 
-    def _model_predictive(self, views) -> tuple[np.ndarray, np.ndarray]:
-        """Posterior mean and variance of ``h = g(x) + b`` (variance 0 for a MAP fit)."""
-        scale = 1.0 / (self.eta * self.tau_**2)
+    def _model_predictive(self, views, scale: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+        """Posterior mean of ``h = g(x) + b`` and variance of ``scale·g(x) + b`` (variance 0
+        for a MAP fit)."""
+        kernel_scale = 1.0 / (self.eta * self.tau_**2)
         laplace = self.inference == "laplace"
         if self.n_features is None:
             post = self._kernel_posterior()
             fm = ViewKernels(self.kernels_, self.gamma_)
             Kx = combine_kernels(fm.grams(views, self.gamma_, self._train_views()),
-                                 self.rho_) * scale
+                                 self.rho_) * kernel_scale
             mean = post.mean(Kx) + post.bias
             if not laplace:
                 return mean, np.zeros(len(mean))
             diag = [np.ones(len(X)) if k == "rbf" else np.sum(X**2, axis=1)
                     for k, X in zip(self.kernels_, views, strict=True)]
             k_diag = ((1 - self.rho_) * np.sum(diag, axis=0)
-                      + self.rho_ * np.prod(diag, axis=0)) * scale
-            return mean, post.variance(Kx, k_diag)
+                      + self.rho_ * np.prod(diag, axis=0)) * kernel_scale
+            return mean, post.variance(Kx, k_diag, scale)
         per_view, joint = self._rff().blocks(views)
         Psi = feature_design(per_view, joint, self.rho_, self.eta)
         coef = self.idata_.fit["coef"].values
@@ -450,7 +617,24 @@ class RhoTMVRKM(MultiViewClassifier):
         if not laplace:
             return mean, np.zeros(len(mean))
         post = FeaturePosterior(chol=self.idata_.fit["chol"].values, coef=coef)
-        return mean, post.variance(Psi)
+        return mean, post.variance(Psi, scale)
+
+    def _probability_inputs(self, views) -> tuple[np.ndarray, np.ndarray, float]:
+        """What ``predict_proba`` turns into probabilities: the decision values' posterior
+        mean (n_samples, n_outputs) and variance (n_samples,), and the slope s in
+        ``sigmoid(s·F)``.  ``calibration="temperature"``: the paper's rule (eq. 15's
+        ``τg + b`` has the posterior variance) and the fitted slope; ``"likelihood"``: the
+        model's ``h = g + b`` and ``2τ²/λ``."""
+        if self.calibration == "likelihood":
+            return *self._model_predictive(views), self._slope()
+        mean = self._paper_rule(views)
+        if self.inference != "laplace":
+            return mean, np.zeros(len(mean)), self._slope()
+        return mean, self._model_predictive(views, scale=self.tau_)[1], self._slope()
+
+    def _slope(self) -> float:
+        """s in ``sigmoid(s·F)``: the fitted slope, or the Gaussian likelihood's ``2τ²/λ``."""
+        return self.slope_ if self.slope_ is not None else 2.0 * self.tau_**2 / self.lam_
 
     def decision_function(self, X) -> np.ndarray:
         """The paper's decision values (``decision_rule``).
@@ -462,42 +646,26 @@ class RhoTMVRKM(MultiViewClassifier):
         f = self._paper_rule(self._test_views(X))
         return f[:, 0] if f.shape[1] == 1 else f
 
-    def predict(self, X) -> np.ndarray:
-        """Class by the paper's rule: sign, largest one-vs-all value or nearest output code."""
-        self._check_fitted()
-        f = self._paper_rule(self._test_views(X))
-        return self.classes_[np.argmax(f @ self.codes_.T, axis=1)]
-
     def predict_proba(self, X) -> np.ndarray:
-        """Posterior predictive class probabilities of the Gaussian model (see Notes)."""
+        """Class probabilities (``calibration``; see the class Notes): shape
+        (n_samples, n_classes), columns in the order of ``classes_``."""
         self._check_fitted()
-        mean, var = self._model_predictive(self._test_views(X))
-        scale = 2.0 * self.tau_**2 / self.lam_
-        return self._combine_outputs(
-            lambda sign: log_expected_sigmoid(sign * mean, var[:, None], scale))
-
-    def _combine_outputs(self, log_prob) -> np.ndarray:
-        """Class probabilities from the outputs' ``log_prob(±1)`` = log p(bit = ±1), shape
-        (..., n_outputs): one-vs-all scores normalised, or output codes, where
-        p(class) ∝ Π_l p_l(bit_l) over the class's codeword."""
-        log_p = log_prob(1.0)
-        if log_p.shape[-1] > 1 and self.multiclass == "moc":
-            log_p = log_p @ (self.codes_.T > 0) + log_prob(-1.0) @ (self.codes_.T < 0)
-        return class_probabilities(log_p)
+        mean, var, slope = self._probability_inputs(self._test_views(X))
+        return np.exp(class_log_probabilities(mean, var, slope, self.codes_))
 
     # ------------------------------------------------------------ diagnostics
     def _decision_draws(self, X) -> np.ndarray:
-        """Draws of the Gaussian model's decision value ``h = g(x) + b`` at X:
+        """Draws of the decision values ``predict_proba`` is built on (the paper's rule with
+        ``calibration="temperature"``, the model's ``h = g(x) + b`` with ``"likelihood"``):
         (n_draws, n_samples, n_tasks).
 
         ``inference="laplace"``: ``laplace_draws`` per-point marginal draws from the exact
-        Gaussian predictive ``N(mean_i, var_i)`` of each row (independent across rows, so
+        Gaussian posterior ``N(mean_i, var_i)`` of each row (independent across rows, so
         they are not joint draws of the function); ``"map"``: the posterior mean as one
-        draw.  This is the model's h, whose mean is not the paper's decision rule
-        (``decision_function``) for ϱ < 1 (see Notes).
+        draw.
         """
         self._check_fitted()
-        mean, var = self._model_predictive(self._test_views(X))
+        mean, var, _ = self._probability_inputs(self._test_views(X))
         if self.inference != "laplace":
             return mean[None]
         rng = np.random.default_rng(np.random.SeedSequence([self._seed(), 3]))
@@ -505,13 +673,14 @@ class RhoTMVRKM(MultiViewClassifier):
         return mean + np.sqrt(np.maximum(var, 0.0))[:, None] * z
 
     def _class_probability_draws(self, X) -> np.ndarray:
-        """Per draw of h (:meth:`_decision_draws`), the Gaussian likelihood normalised over
-        the targets, ``sigmoid(2τ²h/λ)``, combined over outputs as ``predict_proba`` does:
-        (n_draws, n_samples, n_classes).  Their mean approximates ``predict_proba`` (which
-        integrates h exactly); for a MAP fit it is ``predict_proba`` itself."""
-        h = self._decision_draws(X)
-        scale = 2.0 * self.tau_**2 / self.lam_
-        return self._combine_outputs(lambda sign: log_expit(sign * scale * h))
+        """Per draw of the decision values (:meth:`_decision_draws`), the probabilities
+        ``predict_proba`` gives a point value, ``sigmoid(s·F)`` combined over outputs:
+        (n_draws, n_samples, n_classes).  Their mean approximates ``predict_proba``, which
+        averages each output's bit probability over its posterior exactly (for two classes
+        that is the class probability; with more, the classes combine the averaged bits);
+        for a MAP fit it is ``predict_proba`` itself."""
+        return np.exp(class_log_probabilities(self._decision_draws(X), None, self._slope(),
+                                              self.codes_))
 
     def view_relevance(self) -> pd.DataFrame:
         """Per view: its kernel, width γ and ``γ·D_v``, and the weight ϱ of the tensor term.
