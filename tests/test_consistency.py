@@ -22,14 +22,6 @@ QUIET = dict(cores=1, progressbar=False)
 TINY_M3LAK = dict(latent_dim=3, n_features=16, view_latent_dim=1, n_components=3, draws=40,
                   tune=40, chains=1, **QUIET)
 
-# Known disagreements, left to those models: with a Laplace posterior, MVM's decision_function
-# is the mode's ŷ and ϱTMV-RKM's the posterior mean of h, while both predict_proba average
-# the sigmoid over a Gaussian spread that differs from row to row, so a row with a larger
-# decision value but a wider spread can get the smaller probability (the signs still agree:
-# the spreads are symmetric about the decision value)
-_LAPLACE = pytest.mark.xfail(strict=True, reason="Laplace: decision value is the mean, the "
-                             "probability averages the sigmoid over a per-row spread")
-
 ESTIMATORS = {
     "M3LAK": lambda: M3LAK(random_seed=0, **TINY_M3LAK),
     "MVML": lambda: MVML(nystrom=20, random_seed=0),
@@ -41,7 +33,7 @@ ESTIMATORS = {
     "RhoTMVRKM": lambda: RhoTMVRKM(random_seed=0),
     "RhoTMVRKM-laplace": lambda: RhoTMVRKM(inference="laplace", random_seed=0),
 }
-KNOWN_FAILURES = {"MVM-laplace": _LAPLACE, "RhoTMVRKM-laplace": _LAPLACE}
+KNOWN_FAILURES: dict = {}  # name -> pytest mark of a known disagreement (none at present)
 
 
 def _cases(names):

@@ -228,7 +228,10 @@ def test_laplace_and_map_agree_and_laplace_probabilities_average_the_posterior()
     m = RhoTMVRKM(**kw).fit(X[:1] + X[1:], y)
     la = RhoTMVRKM(**kw, inference="laplace", laplace_draws=3000).fit(X, y)
     Xt = _views(10, (3, 3), seed=15)
-    np.testing.assert_allclose(m.decision_function(Xt), la.decision_function(Xt), rtol=1e-12)
+    # the posterior mean, not decision_function: Laplace's is the moderated value (it ranks
+    # rows as the posterior-averaged predict_proba does), no longer the mean
+    np.testing.assert_allclose(m.decision_distribution(Xt)[0], la.decision_distribution(Xt)[0],
+                               rtol=1e-12)
     # MAP = posterior mean: Laplace draws of f at the training points average to MAP's f
     f_map = m.idata_.posterior["f"].values[0, 0, :, 0]
     draws = la.idata_.posterior["f"].values[0, :, :, 0]
@@ -485,7 +488,8 @@ def test_laplace_probabilities_average_the_calibrated_sigmoid_over_the_posterior
         Ks = [_paper_kernel("rbf", a, b, g) for a, b, g in zip(A, B, gammas, strict=True)]
         return ((1 - rho) * sum(Ks) + rho * np.prod(Ks, axis=0)) / tau**2
 
-    F = est.decision_function(Xt)
+    # the posterior mean of the paper's rule (decision_function is the moderated value)
+    F = est.decision_distribution(Xt)[0][:, 0]
     K, Kx = kernel(X, X), kernel(Xt, X)
     for j in range(4):
         sd = np.sqrt(_flat_bias_variance(K, Kx[j], 1.0 / tau, lam / tau**2, tau))

@@ -20,7 +20,7 @@ import pandas as pd
 import scipy.sparse as sp
 import xarray as xr
 from pymc.util import get_untransformed_name, is_transformed_name
-from scipy.special import expit, log_expit
+from scipy.special import expit, log_expit, logsumexp
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.exceptions import ConvergenceWarning, NotFittedError
 from threadpoolctl import threadpool_limits
@@ -36,6 +36,7 @@ from bayesmv.components import (
 from bayesmv.components.interaction import factor_name
 from bayesmv.components.likelihoods import (
     class_probabilities,
+    hinge_decision_value,
     log_hinge_probability,
 )
 from bayesmv.data import (
@@ -61,6 +62,9 @@ from bayesmv.params import check_positive, check_random_seed
 _LOSSES = ("logistic", "hinge", "squared")
 _INFERENCE = ("map", "laplace", "nuts")
 _CURVATURES = ("auto", "full", "diagonal")
+#: slope of the squared loss's link: the σ = 1 Gaussian normalised over ±1 is sigmoid(2ŷ)
+_SQUARED_SLOPE = 2.0
+
 #: "auto" Laplace curvature is the full Hessian up to this many parameters
 _FULL_MAX = 2000
 _NOTE = ("Judged on the decision values f at the training points (the probe points): the "
@@ -461,7 +465,9 @@ class MVM(_MVMCore, MultiViewClassifier):
         product ``J δ = Σ_v Σ_f (z_vᵀ δa^{(v)}_{:,f}) Π_{u≠v} (z_uᵀ â^{(u)}_{:,f})``
         (O(n·k·(V + D)) per draw).  So the predictive mean of ``ŷ`` is the mode's
         decision value and its spread is the first-order one, ``J Σ Jᵀ``;
-        :meth:`predict_proba` averages the likelihood's probability over these draws.  Why:
+        :meth:`predict_proba` averages the likelihood's probability over these draws and
+        :meth:`decision_function` is its moderated value (the mean and spread of ``ŷ`` are
+        :meth:`decision_distribution`).  Why:
         evaluating the multiplicative model equation at the sampled factors perturbs hundreds
         of entries per view independently, mostly in prior-dominated directions with sd ≈
         ``prior_scale``, and the product of V perturbed projections then explodes, so that
@@ -670,16 +676,56 @@ class MVM(_MVMCore, MultiViewClassifier):
             return log_expit(f)
         if self.loss == "hinge":
             return log_hinge_probability(f, self.C)
-        return log_expit(2.0 * f)  # the Gaussian normalised over ±1, σ = 1
+        return log_expit(_SQUARED_SLOPE * f)
+
+    def _link_inverse(self, log_odds: np.ndarray) -> np.ndarray:
+        """The ``ŷ`` whose probability (:meth:`_log_probability`) has the given log-odds."""
+        if self.loss == "logistic":
+            return log_odds
+        if self.loss == "hinge":
+            return hinge_decision_value(log_odds, self.C)
+        return log_odds / _SQUARED_SLOPE
+
+    def _log_predictive(self, X) -> tuple[np.ndarray, np.ndarray]:
+        """``log p(y_t = ±1 | x*)``, (n_samples, n_tasks): the likelihood's probability
+        averaged over the retained draws of ``ŷ`` (one for MAP)."""
+        f = self._predictive_f(X)
+        log_S = np.log(f.shape[0])
+        # every likelihood here depends on y·ŷ only, so p(-1 | ŷ) = p(+1 | -ŷ)
+        return (logsumexp(self._log_probability(f), axis=0) - log_S,
+                logsumexp(self._log_probability(-f), axis=0) - log_S)
+
+    def decision_distribution(self, X) -> tuple[np.ndarray, np.ndarray]:
+        """Posterior mean and standard deviation of ``ŷ`` over the retained draws.
+
+        Returns
+        -------
+        mean, std : ndarray of shape (n_samples, n_tasks)
+            One task for two classes.  MAP: the MAP's ``ŷ`` and 0; Laplace: the mode's
+            ``ŷ`` (the linearised draws' mean, exactly) and their spread; NUTS: over its
+            draws.
+        """
+        return self._mean_f(X), self._predictive_f(X).std(axis=0)
 
     def decision_function(self, X) -> np.ndarray:
-        """Posterior mean of ``ŷ`` (the MAP's ``ŷ`` for ``inference="map"``; for
-        ``"laplace"`` the mean of the linearised draws, which is the mode's ``ŷ``).
+        """Decision values: the MAP's ``ŷ`` for ``inference="map"``; otherwise the moderated
+        value, the ``ŷ`` whose probability is ``predict_proba``'s posterior-averaged one.
+
+        The averaged probability is not a function of the posterior mean of ``ŷ`` alone
+        (its spread differs from row to row), so ranking rows by that mean could disagree
+        with ``predict_proba``.  The moderated value (MacKay 1992) inverts the likelihood's
+        log-odds at the log-odds of ``predict_proba``'s probability, from the same draws, so
+        it ranks rows as that probability does and its sign (largest one-vs-rest value) is
+        ``predict``'s class.  The posterior mean of ``ŷ`` is :meth:`decision_distribution`.
 
         Shape (n_samples,) for binary problems (positive favours ``classes_[1]``), else
         (n_samples, n_classes).
         """
-        f = self._mean_f(X)
+        if self._inference_kind() == "map":
+            f = self._mean_f(X)
+        else:
+            log_pos, log_neg = self._log_predictive(X)
+            f = self._link_inverse(log_pos - log_neg)
         return f[:, 0] if f.shape[1] == 1 else f
 
     def _class_probability_draws(self, X) -> np.ndarray:
@@ -720,7 +766,7 @@ class MVM(_MVMCore, MultiViewClassifier):
         scores are renormalised to sum to one (in log space: far from the data every score can
         underflow to 0, and the ratio of their logs still decides).
         """
-        return class_probabilities(self._log_probability(self._predictive_f(X)), axis=0)
+        return class_probabilities(self._log_predictive(X)[0])
 
 
 @register

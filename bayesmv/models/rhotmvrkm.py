@@ -62,6 +62,18 @@ def output_codes(n_classes: int, multiclass: str) -> np.ndarray:
     return 2.0 * bits - 1.0
 
 
+def output_log_bits(F: np.ndarray, var: np.ndarray | None,
+                    slope: float) -> tuple[np.ndarray, np.ndarray]:
+    """``log p_l(+1)`` and ``log p_l(-1)`` of each output bit,
+    ``p_l(c) = E[sigmoid(c · slope · F_l)]`` over ``F_l ~ N(F, var)`` (``var`` None: the
+    plug-in ``sigmoid(c · slope · F_l)``); shapes as ``F``.  See
+    :func:`class_log_probabilities`."""
+    if var is None:
+        return log_expit(slope * F), log_expit(-slope * F)
+    return (log_expected_sigmoid(F, var[:, None], slope),
+            log_expected_sigmoid(-F, var[:, None], slope))
+
+
 def class_log_probabilities(F: np.ndarray, var: np.ndarray | None, slope: float,
                             codes: np.ndarray) -> np.ndarray:
     """Class log-probabilities from decision values: independent calibrated output bits.
@@ -82,12 +94,8 @@ def class_log_probabilities(F: np.ndarray, var: np.ndarray | None, slope: float,
     codes : ndarray (n_classes, n_outputs)
         The ±1 output codes (:func:`output_codes`).
     """
-    def log_bit(sign: float) -> np.ndarray:
-        if var is None:
-            return log_expit(sign * slope * F)
-        return log_expected_sigmoid(sign * F, var[:, None], slope)
-
-    log_p = log_bit(1.0) @ (codes.T > 0) + log_bit(-1.0) @ (codes.T < 0)
+    log_pos, log_neg = output_log_bits(F, var, slope)
+    log_p = log_pos @ (codes.T > 0) + log_neg @ (codes.T < 0)
     # -inf everywhere (possible only for |F| near the float limit) would make the result NaN;
     # written out rather than scipy's log_softmax, whose per-call overhead dominates the
     # thousands of small calls of the slope fits
@@ -193,9 +201,9 @@ class RhoTMVRKM(MultiViewClassifier):
     ``predict`` is the most probable class under ``predict_proba``.  With
     ``calibration="temperature"`` that is the paper's rule for two classes and one-vs-all
     (the sign, or the largest one-vs-all value, of ``decision_function``), and for two classes
-    ``predict_proba[:, 1]`` increases with ``decision_function`` (with ``inference="map"``;
-    the Laplace average also weighs each row's posterior variance).  For output codes it is
-    the class whose code bits are jointly most probable.  With ``calibration="likelihood"``
+    ``predict_proba[:, 1]`` increases with ``decision_function`` (for ``inference="laplace"``
+    its moderated value).  For output codes it is the class whose code bits are jointly most
+    probable.  With ``calibration="likelihood"``
     the probabilities come from the Gaussian model's ``h``, which for ϱ < 1 weighs the kernel
     part against the bias differently from the paper's rules (eq. 15 uses b where the
     training system has τb), so ``predict`` can differ from the paper's rule near the
@@ -636,14 +644,48 @@ class RhoTMVRKM(MultiViewClassifier):
         """s in ``sigmoid(s·F)``: the fitted slope, or the Gaussian likelihood's ``2τ²/λ``."""
         return self.slope_ if self.slope_ is not None else 2.0 * self.tau_**2 / self.lam_
 
+    def decision_distribution(self, X) -> tuple[np.ndarray, np.ndarray]:
+        """Posterior mean and standard deviation of the decision values ``predict_proba`` is
+        built on (the paper's rule with ``calibration="temperature"``, the model's
+        ``h = g(x) + b`` with ``"likelihood"``).
+
+        Returns
+        -------
+        mean, std : ndarray of shape (n_samples, n_outputs)
+            The std is that of the exact Gaussian posterior (``inference="laplace"``; the
+            same for every output) or 0 (``"map"``).
+        """
+        self._check_fitted()
+        mean, var, _ = self._probability_inputs(self._test_views(X))
+        std = np.sqrt(np.maximum(var, 0.0))[:, None]
+        return mean, np.broadcast_to(std, mean.shape).copy()
+
     def decision_function(self, X) -> np.ndarray:
-        """The paper's decision values (``decision_rule``).
+        """Decision values: the paper's (``decision_rule``) for ``inference="map"``; for
+        ``"laplace"`` the moderated value of each output, the ``F`` whose
+        ``sigmoid(s·F)`` is the output's posterior-averaged bit probability.
+
+        The averaged probability is not a function of the posterior mean alone (the
+        posterior variance differs from row to row), so ranking rows by that mean could
+        disagree with ``predict_proba``.  The moderated value (MacKay 1992) is
+        ``(log p(+1) - log p(-1))/s`` of the same averaged bits ``predict_proba`` combines,
+        so for two classes it ranks rows as ``predict_proba[:, 1]`` does, and its sign (the
+        largest one-vs-all value; for output codes, each bit) gives ``predict``'s class.  It
+        is on the scale of the decision values ``predict_proba`` is built on (with
+        ``calibration="likelihood"``, the model's ``h``).  The posterior mean is
+        :meth:`decision_distribution`.
 
         Shape (n_samples,) for two classes (positive favours ``classes_[1]``); otherwise
         (n_samples, n_outputs): one column per class ("ova") or per code bit ("moc").
         """
         self._check_fitted()
-        f = self._paper_rule(self._test_views(X))
+        views = self._test_views(X)
+        if self.inference != "laplace":
+            f = self._paper_rule(views)
+        else:
+            mean, var, slope = self._probability_inputs(views)
+            log_pos, log_neg = output_log_bits(mean, var, slope)
+            f = (log_pos - log_neg) / slope
         return f[:, 0] if f.shape[1] == 1 else f
 
     def predict_proba(self, X) -> np.ndarray:
