@@ -93,6 +93,15 @@ def emit(row: dict, jsonl: str | None) -> None:
             fh.write(json.dumps(row) + "\n")
 
 
+def record(rows: list[dict], part: str, task: str, seed: int, results, jsonl: str | None):
+    """Append one row per (method, result), write it to the JSON lines file and print it."""
+    for method, res in results:
+        row = {"part": part, "task": task, "seed": seed, "method": method, **res}
+        rows.append(row)
+        emit(row, jsonl)
+        print(fmt(row), flush=True)
+
+
 def fmt(row: dict) -> str:
     keys = [k for k in ("acc", "brier", "ece", "log_loss", "fit_s", "select_s") if k in row]
     text = "  ".join(f"{k} {row[k]:.4f}" if k not in ("fit_s", "select_s")
@@ -153,11 +162,7 @@ def accuracy_part(tasks, seeds, jsonl) -> list[dict]:
             Xtr, ytr, Xte, yte = split(views, y, seed)
             results = [("RhoTMVRKM()", rhotmvrkm_row(RhoTMVRKM(), Xtr, ytr, Xte, yte))]
             results += list(baselines(Xtr, ytr, Xte, yte))
-            for method, res in results:
-                row = {"part": "accuracy", "task": task, "seed": seed, "method": method, **res}
-                rows.append(row)
-                emit(row, jsonl)
-                print(fmt(row), flush=True)
+            record(rows, "accuracy", task, seed, results, jsonl)
     return rows
 
 
@@ -226,11 +231,7 @@ def criteria_part(tasks, seeds, jsonl) -> list[dict]:
             refit.update(select_s=t_grid, fit_s=t_grid + refit["fit_s"], at_bounds=edges,
                          note=f"rho={rho} lam={lam} gamma x {mult}")
             results.append(("3-fold CV grid (+ LOO slope)", refit))
-            for method, res in results:
-                row = {"part": "criteria", "task": task, "seed": seed, "method": method, **res}
-                rows.append(row)
-                emit(row, jsonl)
-                print(fmt(row), flush=True)
+            record(rows, "criteria", task, seed, results, jsonl)
     return rows
 
 

@@ -31,9 +31,15 @@ from bayesmv.components.base import BuildContext, Component
 def fourier_features(Z: np.ndarray, Omega: np.ndarray) -> np.ndarray:
     """NumPy ``φ̃(Z)`` of shape (n, 2M + 1)."""
     S = Z @ Omega.T
-    M = Omega.shape[0]
-    bias = np.full((Z.shape[0], 1), np.sqrt(M), dtype=S.dtype)
-    return np.concatenate([np.cos(S), np.sin(S), bias], axis=1) / np.sqrt(M)
+    return fourier_features_of_phases(np.cos(S), np.sin(S))
+
+
+def fourier_features_of_phases(cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+    """``φ̃ = [cos S, sin S, √M]/√M`` from the cosines and sines of the phases ``S = Z Ωᵀ``
+    (for callers that need them again, e.g. for a gradient)."""
+    M = cos.shape[1]
+    bias = np.full((cos.shape[0], 1), np.sqrt(M), dtype=cos.dtype)
+    return np.concatenate([cos, sin, bias], axis=1) / np.sqrt(M)
 
 
 def stick_breaking_weights(sticks: np.ndarray) -> np.ndarray:

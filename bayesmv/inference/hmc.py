@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import linalg
 
-from bayesmv.components.features import fourier_features
+from bayesmv.components.features import fourier_features, fourier_features_of_phases
 from bayesmv.components.latent import latent_gaussian
 from bayesmv.inference.gibbs import (
     GibbsBlockStep,
@@ -204,6 +204,9 @@ class FrequencyTarget:
         self.H = nat["H"]
         self.scale = (spec.spectral.prior_scale(nat, self.H.shape[1])[None, :]
                       if scale is None else scale)
+        # β | λ, Ω of each float64 evaluation, by θ: the step draws β at the point it keeps
+        # (the trajectory's start or end, both evaluated in float64) without refactoring
+        self._conditionals: dict[bytes, list] = {}
 
     def logp_grad(self, theta: np.ndarray, dtype=np.float64) -> tuple[float, np.ndarray]:
         # float32 (leapfrog forces only) halves the cost of the Gaussian algebra; energies
@@ -213,12 +216,22 @@ class FrequencyTarget:
         H = self.H.astype(dtype, copy=False)
         S = H @ Omega.astype(dtype).T
         M = S.shape[1]
+        cos, sin = np.cos(S), np.sin(S)
         lams = [lam.astype(dtype) for lam in self.lams]
-        logm, _, G = collapsed_log_marginal(fourier_features(H, Omega.astype(dtype)),
-                                            self.spec.targets.astype(dtype), lams,
-                                            self.spec.C, self.nat["v"], with_gradient=True)
-        dS = fourier_pullback(np.cos(S), np.sin(S), G[:, :M], G[:, M:2 * M])
+        logm, conditionals, G = collapsed_log_marginal(
+            fourier_features_of_phases(cos, sin), self.spec.targets.astype(dtype), lams,
+            self.spec.C, self.nat["v"], with_gradient=True)
+        if dtype == np.float64:
+            self._conditionals[theta.tobytes()] = conditionals
+        dS = fourier_pullback(cos, sin, G[:, :M], G[:, M:2 * M])
         return prior + logm, (gprior + (dS.T @ H).astype(np.float64)) * self.scale
+
+    def beta_conditionals(self, theta: np.ndarray) -> list:
+        """Each task's (mean, Cholesky factor of the precision) of β | λ, Ω at θ."""
+        key = theta.tobytes()
+        if key not in self._conditionals:
+            self.logp_grad(theta)
+        return self._conditionals[key]
 
 
 class FrequencyHMC(_HMCStep):
@@ -278,13 +291,11 @@ class FrequencyHMC(_HMCStep):
             log_ratio = -np.inf
         accept_prob = float(np.exp(min(log_ratio, 0.0)))
         new = dict(point)
-        if np.log(self.rng.uniform()) < log_ratio:
-            new["Omega"] = theta * target.scale
+        kept = theta if np.log(self.rng.uniform()) < log_ratio else theta0
+        new["Omega"] = kept * target.scale if kept is theta else nat["Omega"]
         if self.tune:
             self.adapt.update(accept_prob)
-        _, conditionals = collapsed_log_marginal(fourier_features(nat["H"], new["Omega"]),
-                                                 s.targets, lams, s.C, nat["v"])
         new["beta"] = np.array([draw_gaussian_from_precision(mean, chol, self.rng)
-                                for mean, chol in conditionals])
+                                for mean, chol in target.beta_conditionals(kept)])
         return new, [{"step_size": eps, "accept": accept_prob, "n_steps": n_steps,
                       "diverging": bool(log_ratio < -self.max_energy_error)}]
