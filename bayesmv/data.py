@@ -15,6 +15,7 @@ that read a view as ``x_v = 0``), and :class:`ViewStandardizer` leaves them unch
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,7 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
-from sklearn.exceptions import NotFittedError
+from sklearn.exceptions import DataConversionWarning, NotFittedError
 from sklearn.preprocessing import StandardScaler, label_binarize
 from sklearn.utils.multiclass import type_of_target
 
@@ -66,7 +67,11 @@ def _check_names(names: Any, n_views: int, argument: str) -> tuple[str, ...]:
     return names
 
 
-def _check_sizes(sizes: Any, argument: str, what: str = "view_sizes") -> tuple[int, ...]:
+def _check_sizes(
+    sizes: Any, argument: str, what: str = "view_sizes", allow_rest: bool = False
+) -> tuple[int, ...]:
+    """Positive integer widths; with ``allow_rest`` one entry may be -1 (see
+    :func:`check_views`)."""
     if isinstance(sizes, str) or not isinstance(sizes, Sequence | np.ndarray):
         raise TypeError(
             f"{argument}: {what} must be a sequence of positive integers, got {sizes!r}"
@@ -77,9 +82,26 @@ def _check_sizes(sizes: Any, argument: str, what: str = "view_sizes") -> tuple[i
     bad = [
         s for s in sizes if isinstance(s, bool | np.bool_) or not isinstance(s, int | np.integer)
     ]
-    if bad or any(s <= 0 for s in sizes):
-        raise ValueError(f"{argument}: {what} must be positive integers, got {list(sizes)!r}")
+    n_rest = sum(1 for s in sizes if allow_rest and not bad and s == -1)
+    if bad or n_rest > 1 or any(s <= 0 and not (allow_rest and s == -1) for s in sizes):
+        rest = " (one of them may be -1)" if allow_rest else ""
+        raise ValueError(
+            f"{argument}: {what} must be positive integers{rest}, got {list(sizes)!r}"
+        )
     return tuple(int(s) for s in sizes)
+
+
+def _resolve_sizes(sizes: tuple[int, ...], n_cols: int, argument: str) -> tuple[int, ...]:
+    """``view_sizes`` with its -1 entry (if any) replaced by the columns the others leave."""
+    if -1 not in sizes:
+        return sizes
+    rest = n_cols - (sum(sizes) + 1)
+    if rest < 1:
+        raise ValueError(
+            f"{argument} has {n_cols} feature(s), but view_sizes {list(sizes)} need at least "
+            f"{sum(sizes) + 2} (the view sized -1 takes the columns the others leave, at least one)"
+        )
+    return tuple(rest if s == -1 else s for s in sizes)
 
 
 @dataclass(frozen=True)
@@ -331,13 +353,26 @@ def _to_float_view(v: Any, where: str, copy: bool, hint: str = "") -> np.ndarray
     if kind == "O":
         try:
             arr = arr.astype(np.float64)
-        except (TypeError, ValueError) as exc:
+        except TypeError as exc:  # e.g. a dict among the values
+            raise TypeError(f"{where} has non-numeric values (dtype object): {exc}") from exc
+        except ValueError as exc:
             raise ValueError(f"{where} has non-numeric values (dtype object): {exc}") from exc
+    elif kind == "c":
+        raise ValueError(f"{where} has non-numeric dtype {arr.dtype}: Complex data not supported")
     elif kind not in "biuf":
         raise ValueError(f"{where} has non-numeric dtype {arr.dtype}")
     if copy:
         return np.array(arr, dtype=np.float64, order="C", copy=True)
     return np.asarray(arr, dtype=np.float64, order="C")
+
+
+def _is_row_list(X: Sequence[Any]) -> bool:
+    """Whether a list or tuple holds rows of numbers (a nested-list matrix such as
+    ``X.tolist()``) rather than one entry per view: a view is 2-D, so a list whose entries are
+    all flat lists or tuples of scalars cannot be a list of views."""
+    return len(X) > 0 and all(
+        isinstance(row, list | tuple) and all(np.ndim(value) == 0 for value in row) for row in X
+    )
 
 
 def _split_single(
@@ -346,28 +381,48 @@ def _split_single(
     layout: ViewLayout | None,
     argument: str,
     allow_sparse: bool = False,
+    estimator: str = "the model",
 ) -> list[Any]:
     """Split one 2-D array or DataFrame column-wise into views."""
     _reject_sparse_and_series(X, argument, allow_sparse)
     frame = isinstance(X, pd.DataFrame)
     sparse = sp.issparse(X)
-    arr = X.tocsc() if sparse else X if frame else np.asarray(X)
+    try:
+        arr = X.tocsc() if sparse else X if frame else np.asarray(X)
+    except ValueError as exc:  # ragged nested lists
+        raise ValueError(f"{argument} could not be read as an array: {exc}") from exc
     if arr.ndim != 2:
-        raise ValueError(f"{argument} must be 2-D (or a list of 2-D views), got shape {arr.shape}")
+        raise ValueError(
+            f"{argument} must be 2-D (or a list of 2-D views), got shape {arr.shape}. Reshape "
+            "your data either using array.reshape(-1, 1) if it has a single feature or "
+            "array.reshape(1, -1) if it contains a single sample."
+        )
     n_cols = arr.shape[1]
+    # what is wrong with the whole array is said before how it fails to split into views
+    if getattr(arr, "dtype", None) is not None and arr.dtype.kind == "c":
+        raise ValueError(
+            f"{argument} has non-numeric dtype {arr.dtype}: Complex data not supported"
+        )
+    if n_cols == 0:
+        raise ValueError(
+            f"{argument} has zero features: 0 feature(s) (shape=({arr.shape[0]}, 0)) while a "
+            "minimum of 1 is required."
+        )
+    if layout is not None and sum(layout.view_sizes) != n_cols:
+        # scikit-learn's wording (its estimator checks match it)
+        raise ValueError(
+            f"{argument} has {n_cols} features, but {estimator} is expecting "
+            f"{sum(layout.view_sizes)} features as input (views of sizes {layout.view_sizes})"
+        )
     if view_sizes is not None:
-        sizes = _check_sizes(view_sizes, argument)
+        sizes = _check_sizes(view_sizes, argument, allow_rest=True)
+        sizes = _resolve_sizes(sizes, n_cols, argument)
         if sum(sizes) != n_cols:
             raise ValueError(
                 f"{argument}: view_sizes sum to {sum(sizes)} but {argument} has {n_cols} columns"
             )
     elif layout is not None:
         sizes = layout.view_sizes
-        if sum(sizes) != n_cols:
-            raise ValueError(
-                f"{argument} has {n_cols} columns but the model was fitted on views of sizes "
-                f"{sizes} ({sum(sizes)} columns)"
-            )
     else:
         sizes = (n_cols,)
     bounds = np.cumsum((0, *sizes))
@@ -387,6 +442,7 @@ def check_views(
     argument: str = "X",
     view_names: Sequence[str] | None = None,
     allow_sparse: bool = False,
+    estimator: str = "the model",
 ) -> MultiViewData:
     """Validate multi-view input and return it as :class:`MultiViewData`.
 
@@ -397,10 +453,15 @@ def check_views(
         ignored), or a single 2-D array split column-wise by ``view_sizes`` (or by
         ``layout.view_sizes``; with neither it is read as a single view), or an existing
         :class:`MultiViewData`, which is re-validated and returned unchanged when valid.
-        A list or tuple is always read as one entry per view.
+        A list or tuple is read as one entry per view, except a nested list of rows (every
+        entry a flat list or tuple of numbers, e.g. ``X.tolist()``), which cannot be a list of
+        views and is read as one 2-D array.
     view_sizes : sequence of int, optional
-        Number of columns of each view when ``X`` is a single array. With a list of views or
-        a MultiViewData it must agree with the views' widths.
+        Number of columns of each view when ``X`` is a single array. One entry may be -1 (as
+        in ``numpy.reshape``): that view takes the columns the others leave, so
+        ``view_sizes=(1, -1)`` is a two-view layout for any width from 2 up; the fitted
+        layout records the resolved widths. With a list of views or a MultiViewData it must
+        agree with the views' widths.
     layout : ViewLayout, optional
         Layout recorded at fit time; the number of views and each view's width must match.
         Its names are used when ``view_names`` is not given.
@@ -415,6 +476,10 @@ def check_views(
         Accept ``scipy.sparse`` views (or one sparse ``X`` split by ``view_sizes``), kept as
         float64 CSR matrices without densifying. Sparse views must not contain NaN, so they
         are never missing (an empty row is an all-zero view).
+    estimator : str, default "the model"
+        What the layout belongs to, in the message for a single array of the wrong width
+        (``"X has 3 features, but MVM is expecting 4 features as input"``, scikit-learn's
+        wording; estimators pass their class name).
 
     Returns
     -------
@@ -430,7 +495,7 @@ def check_views(
         For any other invalid input; the message names the argument and the view.
     """
     if view_sizes is not None:
-        view_sizes = _check_sizes(view_sizes, argument)
+        view_sizes = _check_sizes(view_sizes, argument, allow_rest=True)
 
     source: MultiViewData | None = None
     if isinstance(X, MultiViewData):
@@ -438,19 +503,19 @@ def check_views(
         raw = list(X.views)
         if view_names is None:
             view_names = X.view_names
-    elif isinstance(X, list | tuple):
+    elif isinstance(X, list | tuple) and not _is_row_list(X):
         raw = list(X)
+    elif sp.issparse(X) or isinstance(X, list | tuple):  # sparse first: a dok_matrix is a dict
+        raw = _split_single(X, view_sizes, layout, argument, allow_sparse, estimator)
     elif isinstance(X, str | bytes | Mapping) or not (
-        sp.issparse(X)
-        or isinstance(X, np.ndarray | pd.DataFrame | pd.Series)
-        or hasattr(X, "__array__")
+        isinstance(X, np.ndarray | pd.DataFrame | pd.Series) or hasattr(X, "__array__")
     ):
         raise TypeError(
             f"{argument} must be a list of 2-D views, a 2-D array or DataFrame with view_sizes, "
             f"or a MultiViewData; got {type(X).__name__}"
         )
     else:
-        raw = _split_single(X, view_sizes, layout, argument, allow_sparse)
+        raw = _split_single(X, view_sizes, layout, argument, allow_sparse, estimator)
 
     n_views = len(raw)
     if n_views == 0:
@@ -475,7 +540,10 @@ def check_views(
         if arr.shape[0] == 0:
             raise ValueError(f"{where} has zero samples")
         if arr.shape[1] == 0:
-            raise ValueError(f"{where} has zero features (zero-width view)")
+            raise ValueError(
+                f"{where} has zero features (zero-width view): 0 feature(s) "
+                f"(shape=({arr.shape[0]}, 0)) while a minimum of 1 is required."
+            )
         if not sp.issparse(arr) and np.isinf(arr).any():
             raise ValueError(f"{where} contains infinite values")
         views.append(arr)
@@ -489,7 +557,10 @@ def check_views(
             )
 
     sizes = tuple(arr.shape[1] for arr in views)
-    if view_sizes is not None and tuple(view_sizes) != sizes:
+    if view_sizes is not None and (
+        len(view_sizes) != len(sizes)
+        or any(want not in (got, -1) for want, got in zip(view_sizes, sizes, strict=True))
+    ):
         raise ValueError(
             f"{argument}: view_sizes {tuple(view_sizes)} do not match the views' widths {sizes}"
         )
@@ -544,7 +615,8 @@ def check_labels(y: Any, n_samples: int, *, argument: str = "y") -> tuple[np.nda
     ----------
     y : array-like of shape (n_samples,) or (n_samples, 1)
         Class labels of any sortable hashable type (ints, strings, bools, ...), as a list,
-        numpy array or pandas Series.
+        numpy array or pandas Series (a column vector is raveled with a
+        ``DataConversionWarning``, as in scikit-learn).
     n_samples : int
         Number of samples the labels must match.
     argument : str, default "y"
@@ -560,18 +632,29 @@ def check_labels(y: Any, n_samples: int, *, argument: str = "y") -> tuple[np.nda
     Raises
     ------
     TypeError
-        For sparse or missing (None) input.
+        For sparse input.
     ValueError
-        For wrong length or shape, missing labels, continuous targets or fewer than 2 classes.
+        For missing input (None), wrong length or shape, missing labels, continuous targets,
+        an unknown label type or fewer than 2 classes.
     """
     if y is None:
-        raise TypeError(f"{argument}: labels are required, got None")
+        # a ValueError in scikit-learn's wording (its estimator checks match it)
+        raise ValueError(
+            f"{argument}: labels are required: this classifier requires y to be passed, but the "
+            "target y is None"
+        )
     if sp.issparse(y):
         raise TypeError(f"{argument}: sparse labels are not supported; pass a 1-D array")
     if isinstance(y, pd.DataFrame | pd.Series):
         y = y.to_numpy()
     arr = np.asarray(y)
     if arr.ndim == 2 and arr.shape[1] == 1:
+        warnings.warn(
+            f"A column-vector {argument} was passed when a 1d array was expected. Please change "
+            f"the shape of {argument} to (n_samples,), for example using ravel().",
+            DataConversionWarning,
+            stacklevel=3,
+        )
         arr = arr.ravel()
     if arr.ndim != 1:
         raise ValueError(
@@ -596,8 +679,9 @@ def check_labels(y: Any, n_samples: int, *, argument: str = "y") -> tuple[np.nda
         )
     if target_type not in ("binary", "multiclass"):
         raise ValueError(
-            f"{argument}: unsupported label type {target_type!r}; expected binary or multi-class "
-            "labels (mixed label types, e.g. ints and strings, cannot be sorted)"
+            f"{argument}: Unknown label type {target_type!r}; expected binary or multi-class "
+            "labels (mixed label types, e.g. ints and strings, cannot be sorted; an object array "
+            "must hold strings)"
         )
     try:
         classes, y_index = np.unique(arr, return_inverse=True)

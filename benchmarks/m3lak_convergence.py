@@ -11,6 +11,7 @@ number of occupied DP components.
 
     python benchmarks/m3lak_convergence.py                   # seeds 0 1 2, defaults
     python benchmarks/m3lak_convergence.py --seeds 0 --draws 300 --tune 300
+    python benchmarks/m3lak_convergence.py --seeds 0 --set latent_dim=10 b_tau=1
 """
 
 from __future__ import annotations
@@ -35,16 +36,33 @@ def _summary(name: str, x: np.ndarray) -> str:
             f"R-hat {float(az.rhat(ds)['x']):.3f}  ESS {float(az.ess(ds)['x']):.0f}")
 
 
+def _parse_settings(items: list[str]) -> dict:
+    out = {}
+    for item in items:
+        name, _, text = item.partition("=")
+        try:
+            out[name] = int(text)
+        except ValueError:
+            try:
+                out[name] = float(text)
+            except ValueError:
+                out[name] = text
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--draws", type=int, default=None, help="default: the estimator's")
     parser.add_argument("--tune", type=int, default=None, help="default: the estimator's")
+    parser.add_argument("--set", nargs="+", default=[], metavar="NAME=VALUE",
+                        help="other M3LAK parameters (numbers or strings), e.g. latent_dim=10")
     args = parser.parse_args()
     views, y = load_multiple_features(classes=(3, 5))
     split = train_test_split(*views, y, test_size=0.25, stratify=y, random_state=0)
     X_train, X_test, y_train, y_test = split[0:-2:2], split[1:-2:2], split[-2], split[-1]
     extra = {k: v for k, v in (("draws", args.draws), ("tune", args.tune)) if v is not None}
+    extra.update(_parse_settings(args.set))
     print("seed | f: max R-hat, min bulk ESS, min tail ESS | tau: same | wall s | "
           "min bulk ESS/s of f | accuracy | Brier | ECE")
     for seed in args.seeds:

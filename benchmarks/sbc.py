@@ -142,7 +142,7 @@ class M3LAKProblem:
     v_prior: tuple[float, float] = (4.0, 4.0)
     # the DP base measure's constants are not estimator parameters: the spectral
     # component's defaults (DPMixtureSpectral's kappa0 and a0)
-    kappa0: float = 1.0
+    kappa0: float = 100.0
     a0: float = 3.0
 
     def estimator(self) -> M3LAK:

@@ -77,6 +77,40 @@ def test_single_array_without_sizes_is_one_view(views):
     assert data.n_views == 1 and data.view_sizes == (3,)
 
 
+def test_nested_list_of_rows_is_one_array(views):
+    # X.tolist() cannot be a list of views (a view is 2-D): it is read as numpy reads it
+    concatenated = np.hstack(views)
+    data = check_views(concatenated.tolist(), (3, 5))
+    assert data.view_sizes == (3, 5)
+    np.testing.assert_array_equal(data.concatenated(), concatenated)
+    assert check_views([[1.0, 2.0, 3.0]]).view_sizes == (3,)
+    with pytest.raises(ValueError, match="could not be read as an array"):
+        check_views([[1.0, 2.0], [3.0]])
+
+
+def test_view_size_minus_one_takes_the_remaining_columns(views):
+    concatenated = np.hstack(views)
+    data = check_views(concatenated, (3, -1))
+    assert data.view_sizes == (3, 5)
+    assert check_views(concatenated, (-1, 2, 1)).view_sizes == (5, 2, 1)
+    assert check_views(views, (3, -1)).view_sizes == (3, 5)  # a list: checked, not resolved
+    with pytest.raises(ValueError, match=r"view_sizes \(3, -1\) do not match"):
+        check_views([views[0], views[0], views[1]], (3, -1))
+    with pytest.raises(ValueError, match=r"X has 3 feature\(s\), but view_sizes \[3, -1\] need"):
+        check_views(views[0], (3, -1))
+    for bad in ((-1, -1), (2, -2), (0, -1)):
+        with pytest.raises(ValueError, match=r"positive integers \(one of them may be -1\)"):
+            check_views(concatenated, bad)
+    with pytest.raises(ValueError, match="must be positive integers"):
+        ViewLayout((3, -1), ("a", "b"))  # a fitted layout holds resolved widths
+
+
+def test_sparse_dok_matrix_is_reported_as_sparse():
+    # a dok_matrix is a dict subclass: it must still be named a sparse matrix
+    with pytest.raises(TypeError, match="X is a sparse matrix"):
+        check_views(sp.dok_matrix(np.ones((3, 2))))
+
+
 def test_multiviewdata_is_validated_and_returned(views):
     data = check_views(views)
     assert check_views(data) is data
@@ -250,7 +284,7 @@ def test_allow_missing_false_names_rows(views):
             r"X: view 1 \('view1'\) could not be read as an array",
         ),
         (
-            lambda v: [[1.0, 2.0, 3.0]],
+            lambda v: [np.arange(3.0)],
             {},
             ValueError,
             r"X: view 0 \('view0'\) must be 2-D, got shape \(3,\) \(a list or tuple is read as one",
@@ -313,7 +347,9 @@ def test_layout_checks(views):
     ):
         check_views([views[0], np.ones((20, 7))], layout=layout)
     with pytest.raises(
-        ValueError, match=r"X has 9 columns but the model was fitted on views of sizes \(3, 5\)"
+        ValueError,
+        match=r"X has 9 features, but the model is expecting 8 features as input \(views of "
+        r"sizes \(3, 5\)\)",
     ):
         check_views(np.ones((4, 9)), layout=layout)
     with pytest.raises(
@@ -407,7 +443,7 @@ def test_random_missing_masks_are_recovered(data):
         (np.array([2.0, 0.0, 1.0, 0.0]), [0.0, 1.0, 2.0], [2, 0, 1, 0]),
         (pd.Series(["x", "y", "y", "x"], index=[10, 11, 12, 13]), ["x", "y"], [0, 1, 1, 0]),
         (pd.Series(["x", "y", "y", "x"], dtype="category"), ["x", "y"], [0, 1, 1, 0]),
-        (np.array([[1], [2], [2], [1]]), [1, 2], [0, 1, 1, 0]),
+        # a column vector: test_check_labels_column_vector_warns
     ],
 )
 def test_check_labels_accepts(y, classes, index):
@@ -434,15 +470,23 @@ def test_check_labels_accepts(y, classes, index):
         (
             np.array([1, "a", 1, "a"], dtype=object),
             ValueError,
-            r"y: unsupported label type 'unknown'",
+            r"y: Unknown label type 'unknown'",
         ),
-        (None, TypeError, r"y: labels are required"),
+        (None, ValueError, r"y: labels are required: this classifier requires y to be passed"),
         (sp.csr_matrix(np.ones((4, 1))), TypeError, r"y: sparse labels are not supported"),
     ],
 )
 def test_check_labels_rejects(y, exc, pattern):
     with pytest.raises(exc, match=pattern):
         check_labels(y, 4)
+
+
+def test_check_labels_column_vector_warns():
+    from sklearn.exceptions import DataConversionWarning
+
+    with pytest.warns(DataConversionWarning, match="column-vector y"):
+        classes, index = check_labels(np.array([[0], [1], [1], [0]]), 4)
+    np.testing.assert_array_equal(index, [0, 1, 1, 0])
 
 
 def test_check_labels_argument_name():

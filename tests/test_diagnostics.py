@@ -201,7 +201,7 @@ def test_short_real_run_is_flagged_and_long_run_on_an_easy_problem_passes():
                for w in rep.warnings)
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConvergenceWarning)
-        long = M3LAK(latent_dim=2, n_features=5, spectral="gaussian", draws=1200, tune=200,
+        long = M3LAK(latent_dim=2, n_features=5, spectral="gaussian", draws=2000, tune=200,
                      chains=2, cores=2, random_seed=0).fit(X, y)
     rep = check_convergence(long)
     assert rep.ok, rep

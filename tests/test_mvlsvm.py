@@ -411,17 +411,11 @@ def _hinge_probability(f, c):
     return special.expit(_hinge_log_odds(f, c))
 
 
-def test_out_of_fold_calibration_is_platt_scaling_of_the_svm():
-    """The MAP's link constant is Platt's maximum-likelihood fit (smoothed targets) of the
-    hinge probability to out-of-fold decision values, recomputed here with scikit-learn's
-    SVC on the landmark features and the documented folds."""
-    X, y = _blobs(150, seed=11)
-    Xt, _ = _blobs(50, seed=12)
-    C = 30.0
-    est = MVLSVM(n_landmarks=8, C=C, random_seed=4, tol=1e-8).fit(X, y)
-    Phi = est.transform(X)
+def _platt_on_svc(Phi, y, C, seed):
+    """Platt's fit (smoothed targets) of the hinge probability's constant to out-of-fold
+    decision values of scikit-learn's SVC on the documented folds: (c, minimal NLL)."""
     oof = np.empty(y.size)
-    for train, test in StratifiedKFold(5, shuffle=True, random_state=4).split(Phi, y):
+    for train, test in StratifiedKFold(5, shuffle=True, random_state=seed).split(Phi, y):
         svc = SVC(kernel="linear", C=C / train.size, tol=1e-10).fit(Phi[train], y[train])
         oof[test] = svc.decision_function(Phi[test])
     n_pos, n_neg = np.sum(y == 1), np.sum(y == 0)
@@ -431,8 +425,20 @@ def test_out_of_fold_calibration_is_platt_scaling_of_the_svm():
         odds = _hinge_log_odds(oof, np.exp(log_c))
         return -np.sum(target * special.log_expit(odds) + (1 - target) * special.log_expit(-odds))
 
-    c = np.exp(optimize.minimize_scalar(nll, bounds=(-10, 10), method="bounded",
-                                        options={"xatol": 1e-10}).x)
+    res = optimize.minimize_scalar(nll, bounds=(-10, 10), method="bounded",
+                                   options={"xatol": 1e-10})
+    return float(np.exp(res.x)), float(res.fun)
+
+
+def test_out_of_fold_calibration_is_platt_scaling_of_the_svm():
+    """The MAP's link constant is Platt's maximum-likelihood fit (smoothed targets) of the
+    hinge probability to out-of-fold decision values, recomputed here with scikit-learn's
+    SVC on the landmark features and the documented folds."""
+    X, y = _blobs(150, seed=11)
+    Xt, _ = _blobs(50, seed=12)
+    C = 30.0
+    est = MVLSVM(n_landmarks=8, C=C, random_seed=4, tol=1e-8).fit(X, y)
+    c, _ = _platt_on_svc(est.transform(X), y, C, seed=4)
     assert est.link_constant_ == pytest.approx(c, rel=1e-3)
     f = est.decision_function(Xt)  # a MAP fit on complete rows: the SVM's f itself
     np.testing.assert_allclose(f, est._decision_draws(Xt)[0, :, 0], rtol=1e-9, atol=1e-12)
@@ -442,6 +448,40 @@ def test_out_of_fold_calibration_is_platt_scaling_of_the_svm():
     assert raw.link_constant_ == C / (2 * y.size)
     np.testing.assert_allclose(raw.predict_proba(Xt)[:, 1],
                                _hinge_probability(f, C / (2 * y.size)), rtol=1e-9)
+
+
+def test_auto_C_is_the_grid_value_with_the_best_held_out_calibrated_likelihood(tmp_path):
+    """``C="auto"``: each candidate's held-out negative log-likelihood (Platt's fit on
+    out-of-fold SVC decisions, recomputed with scikit-learn) is the one stored, the chosen
+    C_ is their minimiser, and the fit is the one with that C given explicitly."""
+    from bayesmv.models.mvlsvm import C_GRID
+
+    X, y = _blobs(150, seed=21, shift=(0.5, 0.3))
+    Xt, _ = _blobs(50, seed=22)
+    est = MVLSVM(n_landmarks=10, random_seed=5, tol=1e-8).fit(X, y)
+    Phi = est.transform(X)
+    reference = np.array([_platt_on_svc(Phi, y, C, seed=5)[1] for C in C_GRID])
+    stored = np.asarray(est.idata_.posterior.attrs["C_grid_heldout_nll"])
+    np.testing.assert_allclose(stored, reference, rtol=1e-3)
+    assert est.C_ == C_GRID[int(np.argmin(reference))]
+    fixed = MVLSVM(n_landmarks=10, C=est.C_, random_seed=5, tol=1e-8).fit(X, y)
+    np.testing.assert_allclose(est.predict_proba(Xt), fixed.predict_proba(Xt), rtol=1e-12)
+    assert est.link_constant_ == fixed.link_constant_
+    est.save(tmp_path / "auto.nc")
+    loaded = bayesmv.load(tmp_path / "auto.nc")
+    assert loaded.C_ == est.C_
+    np.testing.assert_array_equal(loaded.predict_proba(Xt), est.predict_proba(Xt))
+    with pytest.raises(ValueError, match="calibration_cv=None"):
+        MVLSVM(calibration_cv=None).fit(X, y)
+    with pytest.raises(ValueError, match="'auto'"):
+        MVLSVM(C="big").fit(X, y)
+
+
+def test_auto_landmarks_take_every_complete_row_up_to_200():
+    X, y = _blobs(120, seed=3)
+    assert MVLSVM(random_seed=0, C=10.0).fit(X, y).landmark_indices_.size == 120
+    X, y = _blobs(260, seed=3)
+    assert MVLSVM(random_seed=0, C=10.0).fit(X, y).landmark_indices_.size == 200
 
 
 @pytest.mark.parametrize("inference", ["map", "gibbs"])

@@ -16,10 +16,12 @@ from sklearn.preprocessing import StandardScaler
 from threadpoolctl import threadpool_limits
 
 from bayesmv import MVML, load
+from bayesmv.components.likelihoods import class_probabilities, log_expected_sigmoid
 from bayesmv.components.metric import BlockMetricCombiner
 from bayesmv.components.nystrom import NystromFeatures
 from bayesmv.data import check_views
 from bayesmv.datasets import load_multiple_features
+from bayesmv.inference.evidence import platt_targets
 from bayesmv.inference.metric import (
     MetricProblem,
     block_group_norm,
@@ -27,6 +29,7 @@ from bayesmv.inference.metric import (
     fit_metric,
     initial_metric,
 )
+from bayesmv.models.mvml import loo_predictive, task_predictive
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -377,9 +380,12 @@ def test_reference_inner_loop_raises_the_objective_it_descends(reference_setup):
 
 
 # ------------------------------------------------------------------------- estimator API
-def test_predict_proba_averages_the_likelihood_over_the_gaussian_posterior():
+@pytest.mark.parametrize("calibration", ["likelihood", "temperature"])
+def test_predict_proba_averages_the_likelihood_over_the_gaussian_posterior(calibration):
     X, y, Xt, _ = _digits(120)
-    clf = MVML(nystrom=0.1, random_seed=0).fit(X, y)
+    clf = MVML(nystrom=0.1, random_seed=0, calibration=calibration).fit(X, y)
+    slope = 4.0 if calibration == "likelihood" else clf.slope_
+    assert (clf.slope_ is None) == (calibration == "likelihood")
     mean, std = clf.decision_distribution(Xt)
     # independent: the posterior variance ½ z*ᵀ(ZᵀZ + λA⁻¹)⁻¹z* from the training features
     data = clf.standardizer_.transform(check_views(X))
@@ -393,22 +399,32 @@ def test_predict_proba_averages_the_likelihood_over_the_gaussian_posterior():
     p = clf.predict_proba(Xt)
     for i in range(5):
         m, sd = mean[i, 0], std[i, 0]
-        exact = integrate.quad(lambda f, m=m, sd=sd: expit(4 * f) * stats.norm.pdf(f, m, sd),
-                               -np.inf, np.inf)[0]
+        exact = integrate.quad(
+            lambda f, m=m, sd=sd: expit(slope * f) * stats.norm.pdf(f, m, sd), -np.inf,
+            np.inf)[0]
         assert p[i, 1] == pytest.approx(exact, abs=1e-8)
     np.testing.assert_allclose(p.sum(axis=1), 1.0)
     assert np.all(std > 0)
 
 
-def test_multiclass_is_one_vs_rest_of_binary_fits():
+@pytest.mark.parametrize("calibration", ["likelihood", "temperature"])
+def test_multiclass_is_one_vs_rest_of_binary_fits(calibration):
     X, y, Xt, _ = _digits(150, classes=(1, 4, 7))
-    clf = MVML(nystrom=0.1, random_seed=2, max_iter=5).fit(X, y)
+    clf = MVML(nystrom=0.1, random_seed=2, max_iter=5, calibration=calibration).fit(X, y)
     d = clf.decision_function(Xt)
-    assert d.shape == (len(Xt[0]), 3) and clf.A_.shape[0] == 3
+    mean, std = clf.decision_distribution(Xt)
+    assert d.shape == mean.shape == (len(Xt[0]), 3) and clf.A_.shape[0] == 3
     for k, c in enumerate(clf.classes_):
-        binary = MVML(nystrom=0.1, random_seed=2, max_iter=5).fit(X, y == c)
-        np.testing.assert_allclose(d[:, k], binary.decision_function(Xt), rtol=1e-9,
-                                   atol=1e-12)
+        binary = MVML(nystrom=0.1, random_seed=2, max_iter=5, calibration=calibration
+                      ).fit(X, y == c)
+        # the fitted predictive is the binary fit's; the temperature-calibrated moderated
+        # value is too only at the same slope (one slope is fitted to all the tasks)
+        b_mean, b_std = binary.decision_distribution(Xt)
+        np.testing.assert_allclose(mean[:, k], b_mean[:, 0], rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(std[:, k], b_std[:, 0], rtol=1e-9, atol=1e-12)
+        if calibration == "likelihood":
+            np.testing.assert_allclose(d[:, k], binary.decision_function(Xt), rtol=1e-9,
+                                       atol=1e-12)
     p = clf.predict_proba(Xt)
     np.testing.assert_allclose(p.sum(axis=1), 1.0)
     assert set(clf.predict(Xt)) <= set(clf.classes_)
@@ -432,7 +448,7 @@ def test_missing_views_raise_a_clear_error():
 @pytest.mark.parametrize("param,value", [
     ("lmbda", 0.0), ("eta", -1.0), ("nystrom", 0.0), ("nystrom", 1.5), ("learn_A", "dense"),
     ("objective", "map"), ("max_iter", -1), ("tol", -1e-3), ("gamma", -2.0),
-    ("kernel", "gaussian"), ("learn_w", "yes")])
+    ("kernel", "gaussian"), ("learn_w", "yes"), ("calibration", "platt")])
 def test_bad_hyperparameters_are_named(param, value):
     X, y, _, _ = _digits(40)
     with pytest.raises(ValueError, match=param):
@@ -449,6 +465,8 @@ def test_reproducible_save_load_and_sklearn_tools(tmp_path):
     path = a.save(tmp_path / "mvml.nc")
     c = load(path)
     np.testing.assert_array_equal(c.predict_proba(Xt), a.predict_proba(Xt))
+    np.testing.assert_array_equal(c.decision_function(Xt), a.decision_function(Xt))
+    assert c.calibration == "temperature" and c.slope_ == a.slope_ and a.slope_ > 0
     np.testing.assert_array_equal(c.A_, a.A_)
     np.testing.assert_array_equal(c.view_interactions_, a.view_interactions_)
     sizes = tuple(v.shape[1] for v in X)
@@ -470,3 +488,72 @@ def test_learned_view_weights_stay_on_the_simplex_and_lower_the_objective():
         assert np.all(w >= 0) and w.sum() == pytest.approx(1.0)
         h = clf.objective_history_[0]
         assert np.all(np.diff(h) <= 1e-12 * np.abs(h[:-1])) and h[-1] < h[0]
+
+
+# ------------------------------------------------------------------- calibration
+def test_loo_predictive_matches_refitting_without_the_row():
+    """The closed-form leave-one-out predictive (given the fitted A and w) against the Gaussian
+    posterior refitted without the row, in the dual form (no inverse of A)."""
+    X, y, _, _ = _digits(40)
+    for learn_A in ("full", "identity"):
+        clf = MVML(nystrom=0.5, random_seed=0, learn_A=learn_A, max_iter=5).fit(X, y)
+        U = clf._state.transform(clf.standardizer_.transform(check_views(X)))
+        t = np.where(y == clf.classes_[1], 1.0, -1.0)
+        Z = U * np.repeat(clf.w_[0], clf._state.block_sizes)
+        A, lmbda = clf.A_[0], clf.lmbda
+        mean, var = task_predictive(U, clf._state.block_sizes, clf.w_[0], clf.g_[0],
+                                    clf._cov_factors[0])
+        f_loo, var_loo = loo_predictive(t, mean, var)
+        for i in range(len(y)):
+            keep = np.arange(len(y)) != i
+            Zk, z = Z[keep], Z[i]
+            M = Zk @ A @ Zk.T + lmbda * np.eye(len(Zk))  # (prior + noise covariance)·2λ
+            k = Zk @ A @ z
+            assert f_loo[i] == pytest.approx(k @ np.linalg.solve(M, t[keep]), rel=1e-7,
+                                             abs=1e-9)
+            exact_var = (z @ A @ z - k @ np.linalg.solve(M, k)) / (2 * lmbda)
+            assert var_loo[i] == pytest.approx(exact_var, rel=1e-6, abs=1e-12)
+        # the check has teeth: leaving a row out moves its value
+        assert np.max(np.abs(f_loo - mean)) > 1e-3 and np.all(var_loo > var)
+
+
+def test_temperature_calibration_improves_held_out_log_loss():
+    """Five digits one-vs-rest: the slope fitted to the leave-one-out predictive sharpens the
+    under-confident likelihood (κ = 4) and lowers the held-out log-loss; the classes, the
+    ranking and the fit are unchanged."""
+    X, y, Xt, yt = _digits(300, classes=(1, 3, 5, 7, 8))
+    cal = MVML(nystrom=0.1, random_seed=0).fit(X, y)
+    raw = MVML(nystrom=0.1, random_seed=0, calibration="likelihood").fit(X, y)
+    assert raw.slope_ is None and cal.slope_ > 4.0
+    np.testing.assert_array_equal(cal.g_, raw.g_)
+    np.testing.assert_array_equal(cal.predict(Xt), raw.predict(Xt))
+    pc, pr = cal.predict_proba(Xt), raw.predict_proba(Xt)
+    np.testing.assert_array_equal(np.argmax(cal.decision_function(Xt), axis=1),
+                                  np.argmax(pc, axis=1))
+    assert np.mean(cal.predict(Xt) == yt) > 0.9
+    index = np.searchsorted(cal.classes_, yt)
+    loss_cal = -np.mean(np.log(pc[np.arange(len(yt)), index]))
+    loss_raw = -np.mean(np.log(pr[np.arange(len(yt)), index]))
+    assert loss_cal < 0.7 * loss_raw
+    # the slope is the minimiser of the leave-one-out cross-entropy it was fitted to
+    Y = cal.idata_.observed_data["y_tasks"].values
+    U = cal._state.transform(cal.standardizer_.transform(check_views(X)))
+    pred = [task_predictive(U, cal._state.block_sizes, cal.w_[k], cal.g_[k],
+                            cal._cov_factors[k]) for k in range(len(cal.classes_))]
+    loo = [loo_predictive(Y[:, k], *pred[k]) for k in range(len(cal.classes_))]
+    F, V = np.stack([f for f, _ in loo], axis=1), np.stack([v for _, v in loo], axis=1)
+    targets = platt_targets(np.searchsorted(cal.classes_, y), len(cal.classes_))
+
+    def cross_entropy(s):
+        return -np.sum(targets * class_probabilities(log_expected_sigmoid(F, V, s), log=True))
+
+    assert cross_entropy(cal.slope_) <= min(cross_entropy(cal.slope_ * 0.9),
+                                            cross_entropy(cal.slope_ * 1.1), cross_entropy(4.0))
+
+
+def test_likelihood_calibration_round_trips_through_save(tmp_path):
+    X, y, Xt, _ = _digits(120)
+    a = MVML(nystrom=0.1, random_seed=1, calibration="likelihood").fit(X, y)
+    b = load(a.save(tmp_path / "raw.nc"))
+    assert b.calibration == "likelihood" and b.slope_ is None
+    np.testing.assert_array_equal(b.predict_proba(Xt), a.predict_proba(Xt))

@@ -33,7 +33,7 @@ graphviz = pytest.importorskip("graphviz", reason="pip install 'bayesmv[test]'")
 P_MIN = 1e-3
 #: a Monte-Carlo mean must lie within this many standard errors of the exact value
 Z_MAX = 4.0
-N_SAMPLES = 60  # MVLSVM's default 50 landmarks need at least 50 rows
+N_SAMPLES = 60  # MVLSVM's default landmarks: every complete row up to 200
 DRAWS = 200
 
 # preset → (estimator with default parameters, {variable: dims} the prior must hold); every
@@ -58,10 +58,11 @@ PRESETS = {
 #: the flat priors of each preset's graph (WideFlat stand-ins)
 WIDE_FLAT = {"MVML": ("A_chol", "g"), "MVLSVM": ("bias",), "RhoTMVRKM": ("b",)}
 #: dimension lengths the default parameters imply (M³LAK: m = 20, M = 100 frequencies, 2M + 1
-#: features, K = 20 components; MVLSVM: 50 landmarks per view; MVM: z_v = [x_v; 1], rank 8)
+#: features, K = 20 components; MVLSVM: all 60 rows as landmarks, per view; MVM:
+#: z_v = [x_v; 1], rank 8)
 _M3LAK = {"latent": 20, "frequency": 100, "feature": 201}
 LENGTHS = {"M3LAK": {**_M3LAK, "component": 20}, "M3LAK-gaussian": _M3LAK,
-           "MVLSVM": {"feature": 100}, "MVM": {"z_0": 6, "z_1": 5, "rank": 8}}
+           "MVLSVM": {"feature": 2 * N_SAMPLES}, "MVM": {"z_0": 6, "z_1": 5, "rank": 8}}
 #: presets whose graph has an observed variable (the others' likelihood is a potential)
 OBSERVED = {"MVM": ("sample", "task"), "MVML": ("sample", "task"),
             "RhoTMVRKM": ("task", "sample")}
@@ -138,8 +139,9 @@ def test_prior_draws_have_the_priors_mean_and_variance(built):
         omega = post["Omega"].values[0].reshape(DRAWS, -1)
         m = est.latent_dim
         # Gaussian: N(0, bandwidth²/m); DP mixture: E[σ²](1 + 1/κ₀) with E[σ²] =
-        # bandwidth²/m and κ₀ = 1
-        var = est.bandwidth**2 / m * (1.0 if est.spectral == "gaussian" else 2.0)
+        # bandwidth²/m
+        var = est.bandwidth**2 / m * (1.0 if est.spectral == "gaussian"
+                                      else 1.0 + 1.0 / est.kappa0)
         _assert_mean(omega.mean(axis=1), 0.0)
         _assert_mean((omega**2).mean(axis=1), var)
     if name == "M3LAK":

@@ -185,15 +185,21 @@ class DPMixtureSpectral(Component):
         Truncation level K of the stick-breaking process.
     alpha : float
         DP concentration (sticks ~ Beta(1, α)).
-    kappa0 : float
-        Prior precision scale of component means: μ_k | σ²_k ~ N(0, σ²_k / κ₀).
+    kappa0 : float, default 100
+        Prior precision scale of component means: μ_k | σ²_k ~ N(0, σ²_k / κ₀).  Large κ₀
+        keeps the means near the origin, so the components differ mainly in their
+        per-dimension bandwidths (a mixture of ARD RBF kernels) and a mean far from zero (an
+        oscillating kernel) needs strong evidence.  With κ₀ = 1 the 20-dimensional components
+        separated, frequencies could not change component, and M³LAK's chains kept different
+        numbers of components (R-hat of that count 1.7-2.0 on the digits, ESS < 10; κ₀ = 100:
+        1.05, ESS 90).
     a0 : float
         Inverse-gamma shape of the component variances σ²_kd.
     bandwidth : float
         Sets the inverse-gamma scale so that E[σ²] = bandwidth² / m (see GaussianSpectral).
     """
 
-    def __init__(self, n_components: int = 20, alpha: float = 1.0, kappa0: float = 1.0,
+    def __init__(self, n_components: int = 20, alpha: float = 1.0, kappa0: float = 100.0,
                  a0: float = 3.0, bandwidth: float = 1.0) -> None:
         self.n_components = n_components
         self.alpha = alpha

@@ -44,6 +44,8 @@ from bayesmv.components.base import BuildContext, Component
 from bayesmv.data import MultiViewData
 
 IMPUTE_OPTIONS = ("landmarks", "bayes", "zero", None)
+#: landmarks of ``n_landmarks="auto"`` (fewer when fewer rows have every view)
+AUTO_LANDMARKS = 200
 #: eq. 11's numerical rank cutoff (relative singular value).  RBF Gram matrices of landmarks
 #: are singular to machine precision (a 6-feature view, 200 landmarks: smallest eigenvalue
 #: 4e-16); lstsq's default cutoff (ε·max size) then fit rounding noise and imputed
@@ -121,10 +123,11 @@ class LandmarkFeatures(Component):
 
     Parameters
     ----------
-    n_landmarks : int, default 50
+    n_landmarks : int or "auto", default 50
         Number L of landmarks; the feature vector has L·V entries.  When fewer training rows
         have every view, all of them are used (with a warning), as scikit-learn's Nystroem
-        does when asked for more components than samples.
+        does when asked for more components than samples.  ``"auto"``: 200 (``AUTO_LANDMARKS``)
+        or every complete row when there are fewer, without a warning.
     gamma : None, float or sequence of float
         RBF precision ``γ_v`` of ``exp(-γ_v ||a - b||²)``: None gives the paper's radius
         √D_v (``γ_v = 1/D_v``); one number for every view, or one per view.
@@ -158,8 +161,10 @@ class LandmarkFeatures(Component):
     def validate(self) -> None:
         """Check the parameters (cheap; called before any work)."""
         n = self.n_landmarks
-        if not isinstance(n, numbers.Integral) or isinstance(n, bool) or n < 1:
-            raise ValueError(f"n_landmarks must be a positive integer, got {n!r}")
+        if isinstance(n, str) and n == "auto":
+            pass
+        elif not isinstance(n, numbers.Integral) or isinstance(n, bool) or n < 1:
+            raise ValueError(f"n_landmarks must be a positive integer or 'auto', got {n!r}")
         if self.impute not in IMPUTE_OPTIONS:
             raise ValueError(f"impute must be one of {IMPUTE_OPTIONS}, got {self.impute!r}")
 
@@ -183,7 +188,7 @@ class LandmarkFeatures(Component):
         if complete.size == 0:
             raise ValueError("no training row has every view, but landmarks must be complete "
                              "rows (their similarity blocks anchor the imputation)")
-        L = int(self.n_landmarks)
+        L = self.resolved_n_landmarks(data)
         if complete.size < L:
             warnings.warn(f"n_landmarks={L} but only {complete.size} training rows have every "
                           f"view; using all {complete.size} of them as landmarks", UserWarning,
@@ -196,6 +201,13 @@ class LandmarkFeatures(Component):
             M = self.similarities(data)
             self.coef_var_, self.noise_var_ = self.fit_imputation_prior(M, data.observed)
         return self
+
+    def resolved_n_landmarks(self, data: MultiViewData) -> int:
+        """L for ``data``: ``n_landmarks``, or ``"auto"``'s min(200, rows with every view)."""
+        if isinstance(self.n_landmarks, str):
+            complete = int(np.count_nonzero(data.observed.all(axis=1)))
+            return max(1, min(AUTO_LANDMARKS, complete))
+        return int(self.n_landmarks)
 
     def set_landmarks(self, indices: np.ndarray, landmarks: tuple[np.ndarray, ...],
                       gamma: np.ndarray) -> None:

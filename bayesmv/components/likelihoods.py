@@ -15,7 +15,7 @@ import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
 from scipy import stats
-from scipy.special import expit, log_expit, log_ndtr, logsumexp, softmax
+from scipy.special import expit, log_expit, log_ndtr, log_softmax, logsumexp, softmax
 
 from bayesmv.components.base import BuildContext, Component, LatentGaussian
 
@@ -70,7 +70,8 @@ def hinge_decision_value(log_odds: np.ndarray, C: float) -> np.ndarray:
     return np.where(np.abs(u) <= 2.0, 0.5 * u, u - np.sign(u))
 
 
-def class_probabilities(log_p: np.ndarray, axis: int | None = None) -> np.ndarray:
+def class_probabilities(log_p: np.ndarray, axis: int | None = None, *,
+                        log: bool = False) -> np.ndarray:
     """Class probabilities from ``log p(y_t = +1 | ·)`` of one or more binary tasks.
 
     Parameters
@@ -80,6 +81,9 @@ def class_probabilities(log_p: np.ndarray, axis: int | None = None) -> np.ndarra
         binary problem, ``T > 1`` tasks are one-vs-rest scores.
     axis : int, optional
         An axis of posterior draws to average the probabilities over first (in log space).
+    log : bool, default False
+        Return the log-probabilities instead, accurate where a probability underflows
+        (``log(1 - p)`` as ``log(-expm1(log p))``): what a cross-entropy needs.
 
     Returns
     -------
@@ -93,10 +97,14 @@ def class_probabilities(log_p: np.ndarray, axis: int | None = None) -> np.ndarra
     if axis is not None:
         log_p = logsumexp(log_p, axis=axis) - np.log(log_p.shape[axis])
     if log_p.shape[-1] == 1:
+        if log:
+            with np.errstate(divide="ignore"):  # p = 1 exactly: log(1 - p) = -inf
+                return np.concatenate([np.log(-np.expm1(log_p)), log_p], axis=-1)
         p = np.exp(log_p)
         return np.concatenate([1.0 - p, p], axis=-1)
     # -inf everywhere (possible only for |f| near the float limit) would make softmax NaN
-    return softmax(np.maximum(log_p, -np.finfo(float).max), axis=-1)
+    log_p = np.maximum(log_p, -np.finfo(float).max)
+    return log_softmax(log_p, axis=-1) if log else softmax(log_p, axis=-1)
 
 
 class HingeLikelihood(Component):

@@ -248,19 +248,24 @@ def loo_decision_values(F: np.ndarray, W: np.ndarray, P_diag: np.ndarray,
     return F - (W / P_diag[:, None]) * (GP_diag + u)[:, None]
 
 
-def loo_variance(P_diag: np.ndarray, u: np.ndarray, ones_precision: float, noise: float,
-                 scale: float) -> np.ndarray:
+def loo_variance(P_diag: np.ndarray, u: np.ndarray | None, ones_precision: float | None,
+                 noise: float, scale: float) -> np.ndarray:
     """Posterior variance of ``scale·g(xᵢ) + b`` given every training row but i, for each i.
 
     :meth:`KernelPosterior.variance <bayesmv.inference.conjugate.KernelPosterior.variance>`'s
     formula for the system without row i, whose pieces follow from the full one's by the
     block-inverse identities: with ``c = [C⁻¹]_ii = P_ii + s uᵢ²`` and ``s = 1ᵀC⁻¹1``, the
     latent variance is ``1/c - σ²``, ``kᵢᵀC₋ᵢ⁻¹1 = 1 - s uᵢ/c`` and
-    ``1ᵀC₋ᵢ⁻¹1 = s P_ii / c``.
+    ``1ᵀC₋ᵢ⁻¹1 = s P_ii / c``.  ``ones_precision`` None: a model without the bias b
+    (``P = C⁻¹``, ``u`` unused), whose variance is the latent part ``scale² (1/P_ii - σ²)``
+    alone.
     """
-    s = float(ones_precision)
-    c = P_diag + s * u**2
+    no_bias = ones_precision is None
+    s = 0.0 if no_bias else float(ones_precision)
+    c = P_diag if no_bias else P_diag + s * u**2
     latent = np.maximum(1.0 / c - noise, 0.0)
+    if no_bias:
+        return scale**2 * latent
     return scale**2 * latent + (1.0 - scale * (1.0 - s * u / c)) ** 2 * c / (s * P_diag)
 
 

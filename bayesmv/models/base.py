@@ -80,6 +80,29 @@ def _labels_from_json(d: dict[str, Any]) -> np.ndarray:
 class MultiViewClassifier(ClassifierMixin, BaseEstimator):
     """Base class: input validation, standardisation, labels, save/load."""
 
+    # ------------------------------------------------------ scikit-learn tags
+    def _fit_is_random(self) -> bool:
+        """Whether ``fit`` draws random numbers (starts, landmarks, features, chains) with
+        these parameters; with ``random_seed=None`` such a fit is not reproducible."""
+        return True
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.non_deterministic = (getattr(self, "random_seed", None) is None
+                                  and self._fit_is_random())
+        if hasattr(type(self), "transform"):  # e.g. MVLSVM's landmark features
+            from sklearn.utils import TransformerTags
+
+            tags.transformer_tags = TransformerTags(preserves_dtype=["float64"])
+        return tags
+
+    def _expected_failed_checks(self) -> dict[str, str]:
+        """``{check name: reason}`` for ``parametrize_with_checks(...,
+        expected_failed_checks=lambda est: est._expected_failed_checks())``: the scikit-learn
+        estimator checks (``sklearn.utils.estimator_checks``) these parameters are known to
+        fail, each with why (none by default)."""
+        return {}
+
     # ------------------------------------------------------------- fitting
     def _validate_training_data(self, X, y) -> tuple[MultiViewData, np.ndarray, np.ndarray]:
         # every estimator validates its data here before any heavy work: check the seed too
@@ -113,7 +136,7 @@ class MultiViewClassifier(ClassifierMixin, BaseEstimator):
         """Validate prediction-time views against the training layout and standardise."""
         self._check_fitted()
         data = check_views(X, getattr(self, "view_sizes", None), layout=self.layout_,
-                           argument="X")
+                           argument="X", estimator=type(self).__name__)
         return self.standardizer_.transform(data) if self.standardizer_ is not None else data
 
     # ---------------------------------------------------------- prediction

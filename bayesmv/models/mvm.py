@@ -22,7 +22,7 @@ import xarray as xr
 from pymc.util import get_untransformed_name, is_transformed_name
 from scipy.special import expit, log_expit, logsumexp
 from sklearn.base import BaseEstimator, RegressorMixin
-from sklearn.exceptions import ConvergenceWarning, NotFittedError
+from sklearn.exceptions import ConvergenceWarning, DataConversionWarning, NotFittedError
 from threadpoolctl import threadpool_limits
 
 from bayesmv.builder import BuiltModel, ModelBuilder
@@ -78,6 +78,13 @@ class _MVMCore:
     """Graph, inference and prediction shared by :class:`MVM` and :class:`MVMRegressor`."""
 
     # ------------------------------------------------------------- settings
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True  # scipy.sparse views are used as given, never densified
+        # a fit from a jittered start (or NUTS chains) without a seed is not reproducible
+        tags.non_deterministic = self.random_seed is None
+        return tags
+
     def _loss(self) -> str:
         raise NotImplementedError
 
@@ -129,7 +136,8 @@ class _MVMCore:
 
     # ------------------------------------------------------------ data
     def _check_X(self, X, layout: ViewLayout | None = None) -> MultiViewData:
-        return check_views(X, self.view_sizes, layout=layout, argument="X", allow_sparse=True)
+        return check_views(X, self.view_sizes, layout=layout, argument="X", allow_sparse=True,
+                           estimator=type(self).__name__)
 
     def _standardize(self, data: MultiViewData) -> tuple[MultiViewData, ViewStandardizer | None]:
         if not self.standardize:
@@ -402,6 +410,7 @@ class _MVMCore:
     def _mean_f(self, X) -> np.ndarray:
         """Posterior mean of ``ŷ``: (n, T).  For Laplace the linearised draws' mean is the
         mode's ``ŷ`` exactly (antithetic pairs), so it is evaluated there directly."""
+        self._check_fitted()  # NotFittedError before any fitted state is read
         if self._is_laplace():
             views = LinearFeatures().transform(self._prepare(X))
             return CPInteractionCombiner.evaluate(self._mode_factors(), views)
@@ -416,6 +425,16 @@ class _MVMCore:
         if name not in self.idata_.posterior:
             return None
         return thinned_draws(self.idata_.posterior, [name], self._draw_limit())[name]
+
+    @property
+    def n_iter_(self) -> int:
+        """Iterations run: L-BFGS-B iterations of the kept start (MAP, Laplace mode), or
+        tuning iterations plus draws per chain (NUTS)."""
+        self._check_fitted()
+        attrs = self.idata_.posterior.attrs
+        if "optimizer_iterations" in attrs:
+            return int(attrs["optimizer_iterations"])
+        return int(self.tune) + int(self.draws)
 
     @property
     def optimizer_(self) -> dict[str, Any]:
@@ -518,7 +537,8 @@ class MVM(_MVMCore, MultiViewClassifier):
         Posterior draws averaged at prediction time (evenly thinned).
     progressbar : bool, default False
     view_sizes : sequence of int or None
-        Widths of the consecutive views when ``X`` is one 2-D array (or one sparse matrix).
+        Widths of the consecutive views when ``X`` is one 2-D array (or one sparse matrix);
+        one may be -1, the columns the others leave (:func:`bayesmv.data.check_views`).
     standardize : bool, default True
         Standardise each dense view on the training rows.  Sparse views are used as given
         (centring would densify them; see :class:`bayesmv.data.ViewStandardizer`).
@@ -858,12 +878,16 @@ class MVMRegressor(_MVMCore, RegressorMixin, BaseEstimator):
 
     @staticmethod
     def _check_target(y, n: int) -> np.ndarray:
-        if y is None:
-            raise TypeError("y: targets are required, got None")
+        if y is None:  # a ValueError in scikit-learn's wording (its estimator checks match it)
+            raise ValueError("y: targets are required: this regressor requires y to be passed, "
+                             "but the target y is None")
         if sp.issparse(y):
             raise TypeError("y: sparse targets are not supported; pass a 1-D array")
         arr = np.asarray(y)
         if arr.ndim == 2 and arr.shape[1] == 1:
+            warnings.warn("A column-vector y was passed when a 1d array was expected. Please "
+                          "change the shape of y to (n_samples,), for example using ravel().",
+                          DataConversionWarning, stacklevel=4)
             arr = arr.ravel()
         if arr.ndim != 1:
             raise ValueError(f"y must be 1-D (one target per sample), got shape {arr.shape}")

@@ -26,6 +26,12 @@ from bayesmv.components.nystrom import (
     n_landmarks,
 )
 from bayesmv.data import MultiViewData, ViewStandardizer, label_tasks
+from bayesmv.inference.evidence import (
+    fit_slope,
+    loo_decision_values,
+    loo_variance,
+    platt_targets,
+)
 from bayesmv.inference.metric import MetricProblem, block_norms, fit_metric
 from bayesmv.models.base import MultiViewClassifier, register
 from bayesmv.params import check_random_seed
@@ -36,7 +42,49 @@ __all__ = ["MVML"]
 NOISE_VARIANCE = 0.5
 #: κ = 2/σ²: the Gaussian likelihood normalised over the targets ±1 is σ(κf)
 _SLOPE = 2.0 / NOISE_VARIANCE
-# Gauss–Hermite nodes for E[sigmoid(·)] under a Gaussian: exact to ~1e-10 here
+#: ways to turn the predictive of f into probabilities (as RhoTMVRKM's ``calibration``)
+CALIBRATIONS = ("temperature", "likelihood")
+
+
+def task_predictive(U: np.ndarray, sizes: tuple[int, ...], w: np.ndarray, g: np.ndarray,
+                    cov_factor: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Gaussian posterior of ``f = zᵀg`` at the rows of U for one task given A and w: mean
+    ``zᵀḡ`` and variance ``½ zᵀCCᵀz`` (``Cov(g | y, A, w) = ½ CCᵀ``), with
+    ``z = U_row ⊙ w`` repeated over each view's block of ``sizes`` features."""
+    Z = U * np.repeat(w, sizes)
+    ZC = Z @ cov_factor
+    return Z @ g, 0.5 * np.einsum("ij,ij->i", ZC, ZC)
+
+
+def loo_predictive(y: np.ndarray, mean: np.ndarray, var: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """Exact leave-one-out posterior predictive ``N(f₋ᵢ, v₋ᵢ)`` of ``f(xᵢ)`` at the training
+    rows of one task, given the fitted A and w, from the one fit (no refits).
+
+    With the noise variance σ² = ½ the hat matrix ``H = Z(ZᵀZ + λA⁻¹)⁻¹Zᵀ`` has
+    ``H_ii = varᵢ/σ²`` (``var`` the training rows' posterior variance of f), and the model
+    has no bias, so the leave-one-out pieces of :mod:`bayesmv.inference.evidence` are
+    ``P = C⁻¹ = (I - H)/σ²``, ``w = (y - f)/σ²``, ``diag(KP) = diag(H)`` and ``u = 0``:
+    ``f₋ᵢ = (fᵢ - H_ii yᵢ)/(1 - H_ii)`` and ``v₋ᵢ = varᵢ/(1 - H_ii)`` (Sundararajan &
+    Keerthi 2001).  NaN where rounding left ``H_ii ≥ 1`` (a row the fit interpolates).
+
+    Parameters
+    ----------
+    y : ndarray (N,)
+        The task's ±1 targets.
+    mean, var : ndarray (N,)
+        Posterior mean and variance of f at the training rows (:func:`task_predictive`).
+    """
+    hat = var / NOISE_VARIANCE
+    P_diag = (1.0 - hat) / NOISE_VARIANCE
+    bad = ~(P_diag > 0)
+    safe = np.where(bad, 1.0, P_diag)
+    f_loo = loo_decision_values(mean[:, None], ((y - mean) / NOISE_VARIANCE)[:, None], safe,
+                                hat, np.zeros_like(hat))[:, 0]
+    var_loo = loo_variance(safe, None, None, NOISE_VARIANCE, 1.0)
+    f_loo[bad] = np.nan
+    var_loo[bad] = np.nan
+    return f_loo, var_loo
 
 
 @functools.cache
@@ -62,7 +110,9 @@ class MVML(MultiViewClassifier):
     Fitting alternates the exact g-step ``(ZᵀZ + λA⁻¹) g = Zᵀy`` (solved through a Cholesky
     factor of A, never an inverse) with metric updates (``learn_A``) and, optionally,
     view-weight updates (``learn_w``).  Predictions use the Gaussian posterior of g given the
-    fitted A: ``f* ~ N(z*ᵀ ḡ, ½ z*ᵀ (ZᵀZ + λA⁻¹)⁻¹ z*)``.
+    fitted A: ``f* ~ N(z*ᵀ ḡ, ½ z*ᵀ (ZᵀZ + λA⁻¹)⁻¹ z*)``.  By default the probabilities are
+    temperature-calibrated: ``p(y_t = +1) = E[σ(s f*)]`` with one slope s learned in
+    ``fit`` from the exact leave-one-out predictive of the training rows (``calibration``).
 
     Parameters
     ----------
@@ -109,9 +159,24 @@ class MVML(MultiViewClassifier):
     random_seed : int or None
         Seeds the Nyström subset; the same seed gives the same fit.
     view_sizes : sequence of int or None
-        When X is one 2-D array, the widths of its consecutive views.
+        When X is one 2-D array, the widths of its consecutive views; one may be -1, the
+        columns the others leave (:func:`bayesmv.data.check_views`).
     standardize : bool, default True
         Standardise each view on the training rows first.
+    calibration : {"temperature", "likelihood"}, default "temperature"
+        How ``predict_proba`` turns the Gaussian predictive of each task's f* into
+        probabilities: ``p(y_t = +1 | x*) = E[σ(s f*)]`` over ``f* ~ N(mean, std²)``
+        (:meth:`decision_distribution`), one-vs-rest scores renormalised over the classes.
+        ``"likelihood"``: s = κ = 2/σ² = 4, the least-squares likelihood normalised over the
+        targets ±1; with ten one-vs-rest tasks it is badly under-confident (nine negative
+        scores σ(-4) ≈ 0.018 take a seventh of the mass from a confident row).
+        ``"temperature"``: one slope s > 0 (a temperature 1/s, shared by all tasks) fitted in
+        ``fit`` by minimising the cross-entropy, against Platt's smoothed targets, of the
+        exact leave-one-out predictive ``N(f₋ᵢ, v₋ᵢ)`` of every training row given the
+        fitted metric and view weights (learned from all rows; :func:`loo_predictive`: no
+        refits, no held-out data), with :func:`~bayesmv.inference.evidence.fit_slope` as
+        for :class:`bayesmv.RhoTMVRKM`.
+        Only the probabilities' sharpness changes: ``predict`` is the same either way.
 
     Attributes
     ----------
@@ -135,6 +200,9 @@ class MVML(MultiViewClassifier):
         Whether the objective criterion was met before ``max_iter``.
     idata_ : arviz.InferenceData
         One chain × one draw ("map"): ``f`` (training decision values), ``g``, ``w``, ``A``.
+    slope_ : float or None
+        The calibration slope s of ``calibration="temperature"`` (None with
+        ``"likelihood"``, whose slope is κ = 4).
 
     Notes
     -----
@@ -177,6 +245,7 @@ class MVML(MultiViewClassifier):
         random_seed: int | None = None,
         view_sizes: tuple[int, ...] | None = None,
         standardize: bool = True,
+        calibration: str = "temperature",
     ) -> None:
         self.lmbda = lmbda
         self.eta = eta
@@ -191,6 +260,7 @@ class MVML(MultiViewClassifier):
         self.random_seed = random_seed
         self.view_sizes = view_sizes
         self.standardize = standardize
+        self.calibration = calibration
 
     # --------------------------------------------------------------- checks
     def _combiner(self) -> BlockMetricCombiner:
@@ -210,6 +280,9 @@ class MVML(MultiViewClassifier):
         if (isinstance(self.tol, bool) or not isinstance(self.tol, numbers.Real)
                 or not np.isfinite(self.tol) or self.tol < 0):
             raise ValueError(f"tol must be a non-negative finite number, got {self.tol!r}")
+        if self.calibration not in CALIBRATIONS:
+            raise ValueError(f"calibration must be one of {CALIBRATIONS}, got "
+                             f"{self.calibration!r}")
         check_random_seed(self.random_seed)
 
     # ------------------------------------------------------------- builder
@@ -274,6 +347,8 @@ class MVML(MultiViewClassifier):
                                learn_w=bool(self.learn_w), objective=self.objective,
                                max_iter=int(self.max_iter), tol=float(self.tol))
                     for t in range(targets.shape[1])]
+            slope = (self._calibration_slope(problem, fits, targets, y_index, len(classes))
+                     if self.calibration == "temperature" else None)
         elapsed = time.perf_counter() - start
 
         idata = self._make_idata(fits, state, data, y_index, targets, elapsed)
@@ -283,8 +358,30 @@ class MVML(MultiViewClassifier):
                       standardizer_=standardizer, n_features_in_=int(sum(data.view_sizes)),
                       idata_=idata, n_iter_=np.array([ft.n_iter for ft in fits]),
                       objective_history_=[np.asarray(ft.objective) for ft in fits],
-                      converged_=np.array([ft.converged for ft in fits]), fit_time_=elapsed)
+                      converged_=np.array([ft.converged for ft in fits]), fit_time_=elapsed,
+                      slope_=slope)
         return self
+
+    @staticmethod
+    def _calibration_slope(problem: MetricProblem, fits, targets: np.ndarray,
+                           y_index: np.ndarray, n_classes: int) -> float:
+        """The slope s of ``calibration="temperature"``: the minimiser of the cross-entropy
+        of ``predict_proba``'s rule, at the exact leave-one-out predictive of every training
+        row (:func:`loo_predictive`), against Platt's targets
+        (:func:`~bayesmv.inference.evidence.fit_slope`, as RhoTMVRKM).  Rows whose
+        leave-one-out values rounding lost are left out (κ if that is every row)."""
+        columns = [loo_predictive(targets[:, t], *task_predictive(
+            problem.U, problem.sizes, ft.w, ft.g, ft.cov_factor)) for t, ft in enumerate(fits)]
+        F = np.stack([f for f, _ in columns], axis=1)
+        V = np.stack([v for _, v in columns], axis=1)
+        usable = np.all(np.isfinite(F) & np.isfinite(V), axis=1)
+        if not usable.any():
+            return _SLOPE
+        F, V = F[usable], V[usable]
+        slope, _ = fit_slope(
+            lambda s: class_probabilities(log_expected_sigmoid(F, V, s), log=True),
+            platt_targets(y_index, n_classes)[usable])
+        return slope
 
     def _make_idata(self, fits, state: NystromState, data: MultiViewData, y_index, targets,
                     elapsed: float):
@@ -340,7 +437,7 @@ class MVML(MultiViewClassifier):
         return {"kernels": list(self._state.kernels), "gammas": list(self._state.gammas),
                 "n_iter": self.n_iter_.tolist(), "converged": self.converged_.tolist(),
                 "objective_history": [h.tolist() for h in self.objective_history_],
-                "fit_time": float(self.fit_time_)}
+                "fit_time": float(self.fit_time_), "slope": self.slope_}
 
     def _prediction_constants(self) -> set[str]:
         # MVML builds its constant_data itself (no graph data): the Nyström landmarks,
@@ -361,6 +458,9 @@ class MVML(MultiViewClassifier):
         self.converged_ = np.asarray(extra["converged"], dtype=bool)
         self.objective_history_ = [np.asarray(h) for h in extra["objective_history"]]
         self.fit_time_ = float(extra["fit_time"])
+        # JSON writes a float's shortest repr, which reads back bit-identically; files saved
+        # before calibration existed have no slope (κ, as calibration="likelihood")
+        self.slope_ = None if extra.get("slope") is None else float(extra["slope"])
         self._restore(state, [cov[t] for t in range(cov.shape[0])])
 
     # ----------------------------------------------------------- prediction
@@ -379,22 +479,27 @@ class MVML(MultiViewClassifier):
         mean = np.empty((data.n_samples, len(self.g_)))
         var = np.empty_like(mean)
         for t in range(len(self.g_)):
-            Z = U * np.repeat(self.w_[t], sizes)
-            mean[:, t] = Z @ self.g_[t]
-            ZC = Z @ self._cov_factors[t]
-            var[:, t] = 0.5 * np.einsum("ij,ij->i", ZC, ZC)
+            mean[:, t], var[:, t] = task_predictive(U, sizes, self.w_[t], self.g_[t],
+                                                    self._cov_factors[t])
         return mean, np.sqrt(var)
 
+    def _slope(self) -> float:
+        """s in ``σ(s f)``: the fitted calibration slope, or the likelihood's κ = 4."""
+        slope = getattr(self, "slope_", None)
+        return _SLOPE if slope is None else slope
+
     def _log_predictive(self, X) -> tuple[np.ndarray, np.ndarray]:
-        """``log p(y_t = ±1 | x*)``, (n_samples, n_tasks): ``σ(±κf)`` averaged over the
-        Gaussian posterior of f*."""
+        """``log p(y_t = ±1 | x*)``, (n_samples, n_tasks): ``σ(±s f)`` averaged over the
+        Gaussian posterior of f* (s: the calibration slope, or κ)."""
         mean, std = self.decision_distribution(X)
-        return (log_expected_sigmoid(mean, std**2, _SLOPE),
-                log_expected_sigmoid(-mean, std**2, _SLOPE))
+        slope = self._slope()
+        return (log_expected_sigmoid(mean, std**2, slope),
+                log_expected_sigmoid(-mean, std**2, slope))
 
     def decision_function(self, X) -> np.ndarray:
-        """Moderated decision values: ``logit(p)/κ`` of ``predict_proba``'s probability p,
-        with ``κ = 2/σ² = 4`` the slope of the normalised likelihood ``σ(κf)``.
+        """Moderated decision values: ``logit(p)/s`` of ``predict_proba``'s task probability
+        p, with s the slope in ``σ(s f)`` (``slope_`` with ``calibration="temperature"``,
+        ``κ = 2/σ² = 4`` with ``"likelihood"``).
 
         This is the decision value a row without posterior uncertainty would need for the same
         probability (MacKay 1992's moderated output).  The posterior mean of f alone
@@ -407,15 +512,19 @@ class MVML(MultiViewClassifier):
         (n_samples, n_classes).
         """
         log_pos, log_neg = self._log_predictive(X)
-        f = (log_pos - log_neg) / _SLOPE
+        f = (log_pos - log_neg) / self._slope()
         return f[:, 0] if f.shape[1] == 1 else f
 
     def predict_proba(self, X) -> np.ndarray:
-        """Class probabilities: the normalised Gaussian likelihood
-        ``p(y=+1 | f) = σ(2f/σ²) = σ(4f)`` averaged over the Gaussian posterior of f*
-        (:func:`~bayesmv.components.likelihoods.log_expected_sigmoid`, as ϱTMV-RKM);
-        one-vs-rest scores renormalised to sum to one (in log space, so that scores that all
-        underflow still give a distribution)."""
+        """Class probabilities: ``p(y_t = +1 | f) = σ(s f)`` averaged over the Gaussian
+        posterior of f* (:func:`~bayesmv.components.likelihoods.log_expected_sigmoid`, as
+        ϱTMV-RKM); one-vs-rest scores renormalised to sum to one (in log space, so that
+        scores that all underflow still give a distribution).
+
+        ``calibration="temperature"`` (default): s is ``slope_``, the temperature-scaling
+        slope fitted in ``fit`` to the exact leave-one-out predictive of the training rows;
+        ``"likelihood"``: s = κ = 2/σ² = 4, the normalised Gaussian likelihood
+        ``σ(2f/σ²)``."""
         return class_probabilities(self._log_predictive(X)[0])
 
     def _decision_draws(self, X) -> np.ndarray:

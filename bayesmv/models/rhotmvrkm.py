@@ -174,7 +174,8 @@ class RhoTMVRKM(MultiViewClassifier):
         Either criterion costs O(N³) per evaluation; above this many training rows the
         hyper-parameters are chosen on a random subsample of this size (exact kernels).
     view_sizes : sequence of int or None
-        Widths of the views when X is one concatenated array.
+        Widths of the views when X is one concatenated array; one may be -1, the columns the
+        others leave (:func:`bayesmv.data.check_views`).
     standardize : bool, default True
         Standardise each view on the training rows.
 
@@ -386,6 +387,10 @@ class RhoTMVRKM(MultiViewClassifier):
 
     def _seed(self) -> int:
         return 0 if self.random_seed is None else int(self.random_seed)
+
+    def _fit_is_random(self) -> bool:
+        # exact kernels draw nothing unseeded (the subsample and Laplace draws use seed 0)
+        return self.n_features is not None
 
     def fit(self, X, y) -> RhoTMVRKM:
         """Fit on training views ``X`` and labels ``y``.
