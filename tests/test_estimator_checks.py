@@ -45,11 +45,9 @@ FAST = [
 ]
 # every fit builds and compiles a PyTensor graph (0.25 s for MVM's MAP, 1.5 s for M3LAK, whose
 # convergence check on 300 rows costs as much again): 20 s (MVM) to 95 s (M3LAK) per estimator
-# on two shared cores.  MVM's run is part of the default run (marked slow); MVMRegressor's and
-# M3LAK's (about 2.5 min together) would take the suite past its 10-minute budget, so they
-# are marked exhaustive and run with ``python -m pytest -m exhaustive``
-COMPILED = [MVM(**SEED)]
-EXHAUSTIVE = [MVMRegressor(**SEED), M3LAK(**M3LAK_TINY)]
+# on two shared cores: about 3 min together, which would take the suite past its 10-minute
+# budget, so they are marked exhaustive and run with ``python -m pytest -m exhaustive``
+EXHAUSTIVE = [MVM(**SEED), MVMRegressor(**SEED), M3LAK(**M3LAK_TINY)]
 
 
 def expected_failed_checks(estimator):
@@ -66,12 +64,6 @@ pytestmark = [pytest.mark.filterwarnings(f"ignore::{w.__module__}.{w.__name__}")
 
 @parametrize_with_checks(FAST, expected_failed_checks=expected_failed_checks)
 def test_sklearn_checks(estimator, check):
-    check(estimator)
-
-
-@pytest.mark.slow
-@parametrize_with_checks(COMPILED, expected_failed_checks=expected_failed_checks)
-def test_sklearn_checks_compiled(estimator, check):
     check(estimator)
 
 
