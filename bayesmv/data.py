@@ -358,12 +358,17 @@ def _to_float_view(v: Any, where: str, copy: bool, hint: str = "") -> np.ndarray
         except ValueError as exc:
             raise ValueError(f"{where} has non-numeric values (dtype object): {exc}") from exc
     elif kind == "c":
-        raise ValueError(f"{where} has non-numeric dtype {arr.dtype}: Complex data not supported")
+        raise _complex_error(where, arr.dtype)
     elif kind not in "biuf":
         raise ValueError(f"{where} has non-numeric dtype {arr.dtype}")
     if copy:
         return np.array(arr, dtype=np.float64, order="C", copy=True)
     return np.asarray(arr, dtype=np.float64, order="C")
+
+
+def _complex_error(where: str, dtype: Any) -> ValueError:
+    # scikit-learn's wording (its estimator checks match it)
+    return ValueError(f"{where} has non-numeric dtype {dtype}: Complex data not supported")
 
 
 def _is_row_list(X: Sequence[Any]) -> bool:
@@ -400,9 +405,7 @@ def _split_single(
     n_cols = arr.shape[1]
     # what is wrong with the whole array is said before how it fails to split into views
     if getattr(arr, "dtype", None) is not None and arr.dtype.kind == "c":
-        raise ValueError(
-            f"{argument} has non-numeric dtype {arr.dtype}: Complex data not supported"
-        )
+        raise _complex_error(argument, arr.dtype)
     if n_cols == 0:
         raise ValueError(
             f"{argument} has zero features: 0 feature(s) (shape=({arr.shape[0]}, 0)) while a "

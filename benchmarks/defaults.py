@@ -25,7 +25,7 @@ import warnings
 from collections import defaultdict
 
 import numpy as np
-from rhotmvrkm import TASKS, baselines, scores, split, task_data
+from rhotmvrkm import TASKS, baselines, scores, task_splits
 
 from bayesmv import M3LAK, MVLSVM, MVM, MVML, RhoTMVRKM
 
@@ -36,22 +36,19 @@ PEERS = ("tuned SVC", "tuned LR", "calibrated SVC (Platt)")
 
 def run(tasks, seeds, estimators) -> list[dict]:
     rows = []
-    for task in tasks:
-        views, y = task_data(task)
-        for seed in seeds:
-            Xtr, ytr, Xte, yte = split(views, y, seed)
-            for name in estimators:
-                start = time.perf_counter()
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")  # convergence warnings are reported elsewhere
-                    est = ESTIMATORS[name]().fit(Xtr, ytr)
-                fit_s = time.perf_counter() - start
-                rows.append({"task": task, "seed": seed, "method": name, "fit_s": fit_s,
-                             **scores(yte, est.predict_proba(Xte), est.classes_)})
-                print(_line(rows[-1]), flush=True)
-            for method, result in baselines(Xtr, ytr, Xte, yte):
-                rows.append({"task": task, "seed": seed, "method": method, **result})
-                print(_line(rows[-1]), flush=True)
+    for task, seed, Xtr, ytr, Xte, yte in task_splits(tasks, seeds):
+        for name in estimators:
+            start = time.perf_counter()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # convergence warnings are reported elsewhere
+                est = ESTIMATORS[name]().fit(Xtr, ytr)
+            fit_s = time.perf_counter() - start
+            rows.append({"task": task, "seed": seed, "method": name, "fit_s": fit_s,
+                         **scores(yte, est.predict_proba(Xte), est.classes_)})
+            print(_line(rows[-1]), flush=True)
+        for method, result in baselines(Xtr, ytr, Xte, yte):
+            rows.append({"task": task, "seed": seed, "method": method, **result})
+            print(_line(rows[-1]), flush=True)
     return rows
 
 

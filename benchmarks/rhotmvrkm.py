@@ -72,6 +72,14 @@ def split(views, y, seed):
     return [v[tr] for v in views], y[tr], [v[te] for v in views], y[te]
 
 
+def task_splits(tasks, seeds):
+    """(task, seed, X_train, y_train, X_test, y_test) for every task and split seed."""
+    for task in tasks:
+        views, y = task_data(task)
+        for seed in seeds:
+            yield task, seed, *split(views, y, seed)
+
+
 def standardise(Xtr, Xte):
     out_tr, out_te = [], []
     for A, B in zip(Xtr, Xte, strict=True):
@@ -156,13 +164,10 @@ def rhotmvrkm_row(est, Xtr, ytr, Xte, yte) -> dict:
 
 def accuracy_part(tasks, seeds, jsonl) -> list[dict]:
     rows = []
-    for task in tasks:
-        views, y = task_data(task)
-        for seed in seeds:
-            Xtr, ytr, Xte, yte = split(views, y, seed)
-            results = [("RhoTMVRKM()", rhotmvrkm_row(RhoTMVRKM(), Xtr, ytr, Xte, yte))]
-            results += list(baselines(Xtr, ytr, Xte, yte))
-            record(rows, "accuracy", task, seed, results, jsonl)
+    for task, seed, Xtr, ytr, Xte, yte in task_splits(tasks, seeds):
+        results = [("RhoTMVRKM()", rhotmvrkm_row(RhoTMVRKM(), Xtr, ytr, Xte, yte))]
+        results += list(baselines(Xtr, ytr, Xte, yte))
+        record(rows, "accuracy", task, seed, results, jsonl)
     return rows
 
 
@@ -208,30 +213,27 @@ def criteria_part(tasks, seeds, jsonl) -> list[dict]:
                                                  "calibration": "likelihood"}),
                 ("evidence, gamma='scale'", {"gamma": "scale", "criterion": "evidence",
                                              "calibration": "likelihood"})]
-    for task in tasks:
-        views, y = task_data(task)
-        classes = np.unique(y)
-        for seed in seeds:
-            Xtr, ytr, Xte, yte = split(views, y, seed)
-            results = [(name, rhotmvrkm_row(RhoTMVRKM(**kw), Xtr, ytr, Xte, yte))
-                       for name, kw in settings]
-            Str, Ste = standardise(Xtr, Xte)
-            t0 = time.perf_counter()
-            grid = {"rho": (0, 0.25, 0.5, 0.75, 1.0), "lam": (1e-4, 1e-3, 1e-2, 1e-1, 1.0),
-                    "gamma": (0.3, 1.0, 3.0)}
-            rho, lam, mult = cv_grid(Str, ytr, classes, rhos=grid["rho"], lams=grid["lam"],
-                                     multipliers=grid["gamma"])
-            t_grid = time.perf_counter() - t0
-            refit = rhotmvrkm_row(RhoTMVRKM(rho=rho, lam=lam,
-                                            gamma=[mult / X.shape[1] for X in Str],
-                                            standardize=False), Str, ytr, Ste, yte)
-            # the grid's own edges (ϱ's are the ends of its range)
-            edges = [name for name, value in (("rho", rho), ("lam", lam), ("gamma", mult))
-                     if value in (grid[name][0], grid[name][-1])]
-            refit.update(select_s=t_grid, fit_s=t_grid + refit["fit_s"], at_bounds=edges,
-                         note=f"rho={rho} lam={lam} gamma x {mult}")
-            results.append(("3-fold CV grid (+ LOO slope)", refit))
-            record(rows, "criteria", task, seed, results, jsonl)
+    for task, seed, Xtr, ytr, Xte, yte in task_splits(tasks, seeds):
+        classes = np.unique(ytr)  # stratified splits keep every class
+        results = [(name, rhotmvrkm_row(RhoTMVRKM(**kw), Xtr, ytr, Xte, yte))
+                   for name, kw in settings]
+        Str, Ste = standardise(Xtr, Xte)
+        t0 = time.perf_counter()
+        grid = {"rho": (0, 0.25, 0.5, 0.75, 1.0), "lam": (1e-4, 1e-3, 1e-2, 1e-1, 1.0),
+                "gamma": (0.3, 1.0, 3.0)}
+        rho, lam, mult = cv_grid(Str, ytr, classes, rhos=grid["rho"], lams=grid["lam"],
+                                 multipliers=grid["gamma"])
+        t_grid = time.perf_counter() - t0
+        refit = rhotmvrkm_row(RhoTMVRKM(rho=rho, lam=lam,
+                                        gamma=[mult / X.shape[1] for X in Str],
+                                        standardize=False), Str, ytr, Ste, yte)
+        # the grid's own edges (ϱ's are the ends of its range)
+        edges = [name for name, value in (("rho", rho), ("lam", lam), ("gamma", mult))
+                 if value in (grid[name][0], grid[name][-1])]
+        refit.update(select_s=t_grid, fit_s=t_grid + refit["fit_s"], at_bounds=edges,
+                     note=f"rho={rho} lam={lam} gamma x {mult}")
+        results.append(("3-fold CV grid (+ LOO slope)", refit))
+        record(rows, "criteria", task, seed, results, jsonl)
     return rows
 
 

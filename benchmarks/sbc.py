@@ -62,6 +62,7 @@ from scipy import stats
 from threadpoolctl import threadpool_limits
 
 from bayesmv import M3LAK, MVLSVM
+from bayesmv.components.features import fourier_features
 from bayesmv.components.landmarks import LandmarkFeatures
 from bayesmv.data import MultiViewData
 from bayesmv.inference.sample import hybrid_steps
@@ -111,13 +112,6 @@ def draw_tilted(prior: Callable[[np.random.Generator], dict],
         if np.log(rng.uniform()) < tilt_log_accept(decision(theta), two_c):
             return theta, tries
     raise RuntimeError(f"no tilted-prior draw accepted in {max_tries} tries")
-
-
-def rff(H: np.ndarray, Omega: np.ndarray) -> np.ndarray:
-    """Random Fourier features with a bias, ``[cos(Ωh); sin(Ωh); √M] / √M``."""
-    M = Omega.shape[0]
-    S = H @ Omega.T
-    return np.hstack([np.cos(S), np.sin(S), np.full((H.shape[0], 1), np.sqrt(M))]) / np.sqrt(M)
 
 
 # ---------------------------------------------------------------------------------- M3LAK
@@ -186,7 +180,7 @@ def m3lak_prior(p: M3LAKProblem, rng: np.random.Generator) -> dict:
 def m3lak_decision(theta: dict, H: np.ndarray | None = None) -> np.ndarray:
     """f = βᵀ φ̃(h) at the rows of H (the training latents by default)."""
     H = theta["H"] if H is None else H
-    return rff(H, theta["Omega"]) @ theta["beta"][0]
+    return fourier_features(H, theta["Omega"]) @ theta["beta"][0]
 
 
 def simulate_m3lak(p: M3LAKProblem, rng: np.random.Generator

@@ -326,12 +326,12 @@ class MVLSVM(MultiViewClassifier):
         """
         data, classes, y_index, standardizer, targets, fmap = self._prepare_training(X, y)
         N = data.n_samples
-        C, held_out, how, selection = self.C, None, "none", None
+        C, link, how, selection = self.C, None, "none", None
         if self.inference == "map" or C == "auto":
             Phi, blocks = _features(fmap, data)
         start = time.perf_counter()
-        if C == "auto":
-            C, held_out, how, selection = self._choose_C(Phi, blocks, targets, y_index)
+        if C == "auto":  # a MAP keeps the winner's link; a Gibbs fit calibrates its draws
+            C, link, how, selection = self._choose_C(Phi, blocks, targets, y_index)
         select_seconds = time.perf_counter() - start
         start = time.perf_counter()
         if self.inference == "map":
@@ -351,14 +351,13 @@ class MVLSVM(MultiViewClassifier):
                                     progressbar=self.progressbar)
         elapsed = time.perf_counter() - start
         start = time.perf_counter()
-        if self.calibration_cv is None:
-            held_out, how = None, "none"
-        elif self.inference == "gibbs":
-            held_out, how = self._leave_one_out(idata, targets, C)
-        elif held_out is None and selection is None:  # (auto's winner already has them)
-            held_out, how = self._out_of_fold(Phi, blocks, targets, y_index, C)
-        link = (C / (2.0 * N) if held_out is None
-                else _fit_link_constant(*held_out, targets=targets)[0])
+        if self.calibration_cv is not None and (self.inference == "gibbs" or selection is None):
+            held_out, how = (self._leave_one_out(idata, targets, C) if self.inference == "gibbs"
+                             else self._out_of_fold(Phi, blocks, targets, y_index, C))
+            link = None if held_out is None else _fit_link_constant(*held_out,
+                                                                    targets=targets)[0]
+        if link is None:  # uncalibrated, or a class with fewer than 2 rows
+            link = C / (2.0 * N)
         idata.posterior.attrs["inference"] = "map" if self.inference == "map" else "mcmc"
         idata.posterior.attrs["sampling_seconds"] = elapsed
         idata.posterior.attrs["calibration"] = how
@@ -384,20 +383,21 @@ class MVLSVM(MultiViewClassifier):
         return self
 
     def _choose_C(self, Phi: np.ndarray, blocks: list[MissingBlocks], targets: np.ndarray,
-                  y_index: np.ndarray) -> tuple[float, tuple | None, str, np.ndarray]:
+                  y_index: np.ndarray) -> tuple[float, float | None, str, np.ndarray]:
         """``C="auto"``: the candidate of ``C_GRID`` whose out-of-fold decision values, with
         their own fitted link constant, give the held-out rows the highest log-likelihood of
-        Platt's targets.  Returns (C, its held-out values, how, the negative log-likelihood
-        per candidate); with fewer than 2 rows in a class, the grid's 100 and no values."""
-        losses, candidates = [], []
+        Platt's targets.  Returns (C, its link constant, how, the negative log-likelihood per
+        candidate); with fewer than 2 rows in a class, the grid's 100 and no link."""
+        links, losses = [], []
         for C in C_GRID:
             held_out, how = self._out_of_fold(Phi, blocks, targets, y_index, C)
             if held_out is None:
                 return 100.0, None, how, np.full(len(C_GRID), np.nan)
-            losses.append(_fit_link_constant(*held_out, targets=targets)[1])
-            candidates.append(held_out)
+            link, loss = _fit_link_constant(*held_out, targets=targets)
+            links.append(link)
+            losses.append(loss)
         best = int(np.argmin(losses))
-        return C_GRID[best], candidates[best], how, np.asarray(losses)
+        return C_GRID[best], links[best], how, np.asarray(losses)
 
     def _out_of_fold(self, Phi: np.ndarray, blocks: list[MissingBlocks], targets: np.ndarray,
                      y_index: np.ndarray, C: float) -> tuple[tuple | None, str]:
