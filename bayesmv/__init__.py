@@ -10,8 +10,17 @@ warnings.filterwarnings("ignore", message=r"\s*ArviZ is undergoing a major refac
 configure_runtime()
 
 from bayesmv.builder import ModelBuilder  # noqa: E402
-from bayesmv.models import M3LAK, MVLSVM, MVM, MVML, MVMRegressor, RhoTMVRKM, load  # noqa: E402
+from bayesmv.models import (  # noqa: E402
+    M3LAK,
+    MVLSVM,
+    MVM,
+    MVML,
+    MultiViewClassifier,
+    MVMRegressor,
+    RhoTMVRKM,
+    load,
+)
 
 __version__ = "0.1.0"
-__all__ = ["M3LAK", "MVLSVM", "MVM", "MVML", "MVMRegressor", "ModelBuilder", "RhoTMVRKM", "load",
-           "__version__"]
+__all__ = ["M3LAK", "MVLSVM", "MVM", "MVML", "MVMRegressor", "ModelBuilder", "MultiViewClassifier",
+           "RhoTMVRKM", "load", "__version__"]

@@ -19,9 +19,86 @@ from typing import Any
 
 import numpy as np
 import pymc as pm
+from sklearn.base import BaseEstimator
 
-from bayesmv.components.base import BuildContext, Component, Identity
+from bayesmv.components.base import (
+    KIND_DESCRIPTIONS,
+    VIEWS,
+    BuildContext,
+    Component,
+    Identity,
+)
 from bayesmv.data import MultiViewData
+
+
+class CompositionError(ValueError):
+    """Two pieces of a :class:`ModelBuilder` that cannot be connected."""
+
+
+def _name(piece: Component) -> str:
+    return type(piece).__name__
+
+
+def _fitting(kind: str, role: str) -> list[str]:
+    """Names of the public components in ``role`` that consume ``kind``."""
+    import bayesmv.components as components
+
+    out = []
+    for name in components.__all__:
+        cls = getattr(components, name)
+        if (isinstance(cls, type) and issubclass(cls, Component) and cls is not Component
+                and kind in cls.consumes and _ROLE.get(cls.produces) == role):
+            out.append(name)
+    return out
+
+
+#: which slot of the builder a piece producing this kind fills
+_ROLE = {"views": "representation", "latent": "representation",
+         "view_features": "feature_map", "grams": "feature_map",
+         "decision": "combiner", "gaussian_process": "combiner", "nothing": "likelihood"}
+
+
+def check_composition(pieces: tuple[Component, ...]) -> None:
+    """Raise :class:`CompositionError` naming both pieces when one cannot consume what the
+    previous one produces (or lacks a property it requires)."""
+    roles = ("representation", "feature_map", "combiner", "likelihood")
+    for role, piece in zip(roles, pieces, strict=True):
+        if not isinstance(piece, Component):
+            raise CompositionError(f"{role} must be a bayesmv component "
+                                   f"(bayesmv.components), got {piece!r}")
+        if _ROLE.get(piece.produces) != role:
+            raise CompositionError(f"{_name(piece)} cannot be the {role}: it produces "
+                                   f"{KIND_DESCRIPTIONS[piece.produces]}")
+    previous: Component | None = None
+    for piece in pieces:
+        if previous is not None:
+            kind = previous.produces
+            if kind not in piece.consumes:
+                takes = " or ".join(KIND_DESCRIPTIONS[k] for k in piece.consumes)
+                alternatives = _fitting(kind, _ROLE[piece.produces])
+                raise CompositionError(
+                    f"{_name(piece)} cannot follow {_name(previous)}: {_name(previous)} "
+                    f"produces {KIND_DESCRIPTIONS[kind]} and {_name(piece)} takes {takes}"
+                    + (f"; after {_name(previous)} use "
+                       f"{', '.join(alternatives)}" if alternatives else ""))
+            missing = piece.requires.get(kind, frozenset()) - previous.provides
+            if missing:
+                raise CompositionError(
+                    f"{_name(piece)} cannot follow {_name(previous)}: it needs "
+                    f"{KIND_DESCRIPTIONS[kind]} that are {' and '.join(sorted(missing))} "
+                    f"({_PROPERTY_HELP[sorted(missing)[0]]}), which {_name(previous)} "
+                    "does not provide")
+        elif piece.consumes and VIEWS not in piece.consumes:
+            raise CompositionError(f"{_name(piece)} cannot read the views directly")
+        previous = piece
+
+
+_PROPERTY_HELP = {
+    "fixed": "data, not functions of random variables: LinearFeatures, LandmarkFeatures, "
+             "NystromFeatures or ViewRandomFeatures",
+    "product_block": "with a block for the product of the views' kernels: "
+                     "ViewRandomFeatures, or ViewKernels for exact kernels",
+}
 
 
 @dataclass
@@ -33,11 +110,18 @@ class BuiltModel:
     builder: ModelBuilder
 
     def initial_values(self, rng: np.random.Generator) -> dict[str, np.ndarray]:
-        """A fresh dispersed starting point (value-variable names → arrays)."""
-        return self.builder.initial_values(self.context, rng)
+        """A fresh dispersed starting point (value-variable names → arrays): every piece's
+        proposal for its variables, and PyMC's default start for any variable a piece left
+        out."""
+        proposed = self.builder.initial_values(self.context, rng)
+        names = [v.name for v in self.model.value_vars]
+        if all(n in proposed for n in names):
+            return proposed
+        default = self.model.initial_point()
+        return {n: proposed[n] if n in proposed else default[n] for n in names}
 
 
-class ModelBuilder:
+class ModelBuilder(BaseEstimator):
     """Compose representation, feature map, combiner and likelihood into one ``pm.Model``.
 
     Parameters
@@ -54,12 +138,17 @@ class ModelBuilder:
 
     Notes
     -----
-    Each piece's ``build`` receives what the previous one returned; sizes and coordinates
-    travel through the :class:`BuildContext`, so any feature map can feed any combiner that
-    understands its output.  Models whose pieces are conjugate (Gaussian weights, Gaussian
-    likelihood) are also solved in closed form from the same pieces' NumPy methods; the graph
-    then serves as the reference density (tests compare the two) and for sampling
-    hyper-parameters.
+    Each piece declares what it consumes and produces (``Component.consumes``,
+    ``produces``, ``provides``, ``requires``); the constructor checks that every piece can
+    take what the previous one hands on and raises :class:`CompositionError`, naming both
+    pieces and what would fit, when it cannot.  Each piece's ``build`` receives what the
+    previous one returned; sizes and coordinates travel through the :class:`BuildContext`, so
+    any feature map can feed any combiner that understands its output.  The builder is a
+    scikit-learn-style object: ``get_params(deep=True)`` lists every piece's parameters
+    (``combiner__prior_precision``...), and ``clone`` copies it.  Models whose pieces are
+    conjugate (Gaussian weights, Gaussian likelihood) are also solved in closed form from the
+    same pieces' NumPy methods; the graph then serves as the reference density (tests
+    compare the two) and for sampling hyper-parameters.
 
     Examples
     --------
@@ -73,17 +162,21 @@ class ModelBuilder:
 
     def __init__(self, representation: Component | None, feature_map: Component,
                  combiner: Component, likelihood: Component) -> None:
-        self.representation = representation if representation is not None else Identity()
+        self.representation = representation
         self.feature_map = feature_map
         self.combiner = combiner
         self.likelihood = likelihood
+        check_composition(self.pieces)
 
     @property
     def pieces(self) -> tuple[Component, Component, Component, Component]:
-        return (self.representation, self.feature_map, self.combiner, self.likelihood)
+        representation = (self.representation if self.representation is not None
+                          else Identity())
+        return (representation, self.feature_map, self.combiner, self.likelihood)
 
-    def build(self, data: MultiViewData, targets: np.ndarray, *, augmented: bool = False
-              ) -> BuiltModel:
+    def build(self, data: MultiViewData, targets: np.ndarray | None, *,
+              augmented: bool = False, fitted: dict[str, Any] | None = None,
+              n_outputs: int | None = None) -> BuiltModel:
         """Build the graph on training data.
 
         Parameters
@@ -95,13 +188,24 @@ class ModelBuilder:
         augmented : bool
             Keep the augmentation variables (hinge λ, view latents U) explicit.  Samplers use
             the collapsed graph; the augmented one is the joint the Gibbs steps are derived from.
+        fitted : dict or None
+            The training build's ``context.state``: build the graph of ``f`` on new rows
+            (``targets=None``, ``n_outputs`` tasks) with what the pieces fitted on the training
+            rows (landmarks, subsets, random bases), without the likelihood and without
+            per-row random variables, so that ``f`` can be evaluated at posterior draws of
+            the global variables (:func:`bayesmv.inference.predict.decision_function`).
         """
-        targets = np.asarray(targets, dtype=float)
-        if targets.ndim != 2 or targets.shape[0] != data.n_samples:
-            raise ValueError("targets must have shape (n_samples, n_tasks)")
-        ctx = BuildContext(data=data, targets=targets, augmented=augmented)
+        if fitted is None:
+            targets = np.asarray(targets, dtype=float)
+            if targets.ndim != 2 or targets.shape[0] != data.n_samples:
+                raise ValueError("targets must have shape (n_samples, n_tasks)")
+            n_tasks = targets.shape[1]
+        else:
+            targets, n_tasks = None, int(n_outputs)
+        ctx = BuildContext(data=data, targets=targets, augmented=augmented, fitted=fitted,
+                           n_outputs=n_tasks)
         coords = {"sample": np.arange(data.n_samples), "view": list(data.view_names),
-                  "task": np.arange(targets.shape[1])}
+                  "task": np.arange(n_tasks)}
         with pm.Model(coords=coords) as model:
             out: Any = None
             for piece in self.pieces:

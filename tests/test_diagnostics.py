@@ -46,7 +46,7 @@ from bayesmv.diagnostics import (
 from bayesmv.diagnostics import report as write_report
 from bayesmv.diagnostics.convergence import warn_if_not_converged
 from bayesmv.diagnostics.report import wall_time_summary
-from bayesmv.models.base import MultiViewClassifier
+from bayesmv.models.base import BaseMultiViewClassifier
 
 
 def _idata(f, diverging=None, **extra):
@@ -324,7 +324,7 @@ def test_multiclass_calibration_equals_sklearn():
 
 
 # ------------------------------------------------------- posterior predictive
-class _FixedProbabilities(MultiViewClassifier):
+class _FixedProbabilities(BaseMultiViewClassifier):
     """Returns given per-draw class probabilities (no model): to check the PPC arithmetic."""
 
     def __init__(self, q=None):
@@ -342,7 +342,7 @@ class _FixedProbabilities(MultiViewClassifier):
         return self.q.mean(axis=0)
 
 
-class _BetaBernoulli(MultiViewClassifier):
+class _BetaBernoulli(BaseMultiViewClassifier):
     """Labels iid Bernoulli(θ) with θ ~ Beta(a, b); X is ignored.  The posterior is exact.
 
     ``fixed_theta`` replaces the posterior by a point mass (a misspecified, overconfident
@@ -550,7 +550,7 @@ def test_rhotmvrkm_draws_follow_its_gaussian_predictive():
 def test_default_protocol_is_one_plug_in_draw_and_no_relevance():
     q = np.tile([[0.2, 0.8]], (1, 10, 1))
     est = _FixedProbabilities(q).fit()
-    np.testing.assert_array_equal(MultiViewClassifier._class_probability_draws(est, None), q)
+    np.testing.assert_array_equal(BaseMultiViewClassifier._class_probability_draws(est, None), q)
     with pytest.raises(NotImplementedError, match="no view-relevance summary"):
         est.view_relevance()
 

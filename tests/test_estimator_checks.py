@@ -22,7 +22,7 @@ import pytest
 from sklearn.exceptions import ConvergenceWarning as SklearnConvergenceWarning
 from sklearn.utils.estimator_checks import estimator_checks_generator, parametrize_with_checks
 
-from bayesmv import M3LAK, MVLSVM, MVM, MVML, MVMRegressor, RhoTMVRKM
+from bayesmv import M3LAK, MVLSVM, MVM, MVML, MultiViewClassifier, MVMRegressor, RhoTMVRKM
 from bayesmv.diagnostics import ConvergenceWarning
 from bayesmv.models.m3lak import _N_COMPONENTS_CHECKS
 
@@ -47,7 +47,10 @@ FAST = [
 # convergence check on 300 rows costs as much again): 20 s (MVM) to 95 s (M3LAK) per estimator
 # on two shared cores: about 3 min together, which would take the suite past its 10-minute
 # budget, so they are marked exhaustive and run with ``python -m pytest -m exhaustive``
-EXHAUSTIVE = [MVM(**SEED), MVMRegressor(**SEED), M3LAK(**M3LAK_TINY)]
+# the composed estimator (default builder: Bayesian logistic regression) by MAP, in the
+# one-array + view_sizes form
+EXHAUSTIVE = [MVM(**SEED), MVMRegressor(**SEED), M3LAK(**M3LAK_TINY),
+              MultiViewClassifier(inference="map", view_sizes=(-1, 1), **SEED)]
 
 
 def expected_failed_checks(estimator):

@@ -17,13 +17,15 @@ work on every graph.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pymc as pm
+import pytensor.sparse as pts
 import pytensor.tensor as pt
 from pymc.distributions.shape_utils import rv_size_is_none
 from pytensor.tensor.random.op import RandomVariable
+from sklearn.base import BaseEstimator
 
 from bayesmv.data import MultiViewData
 
@@ -54,10 +56,12 @@ class BuildContext:
     """
 
     data: MultiViewData
-    targets: np.ndarray
+    targets: np.ndarray | None
     augmented: bool = False
     sizes: dict[str, int] = field(default_factory=dict)
     state: dict[str, Any] = field(default_factory=dict)
+    fitted: dict[str, Any] | None = None
+    n_outputs: int | None = None
 
     @property
     def n_samples(self) -> int:
@@ -65,7 +69,21 @@ class BuildContext:
 
     @property
     def n_tasks(self) -> int:
-        return int(self.targets.shape[1])
+        return int(self.targets.shape[1]) if self.targets is not None else int(self.n_outputs)
+
+    @property
+    def predicting(self) -> bool:
+        """Whether the graph is being built on new rows, to evaluate ``f`` at posterior draws
+        (no targets, no per-row random variables, state fitted on the training rows)."""
+        return self.fitted is not None
+
+    def fitted_state(self, key: str, fit: Any) -> Any:
+        """The training build's ``state[key]`` when predicting, else ``fit()`` (stored in
+        ``state[key]`` so that prediction finds it): state fitted on the training rows lives
+        in the built model, never in the component."""
+        value = self.fitted[key] if self.predicting else fit()
+        self.state[key] = value
+        return value
 
     def add_coord(self, name: str, length: int) -> None:
         """Register ``name`` as a dimension of ``length`` on the model being built."""
@@ -75,13 +93,61 @@ class BuildContext:
             model.add_coord(name, np.arange(int(length)))
 
 
-class Component:
+#: what flows between the pieces (see :attr:`Component.consumes`)
+VIEWS = "views"                    # MultiViewData: the views as given
+LATENT = "latent"                  # tensor (n, m): one shared representation of every view
+VIEW_FEATURES = "view_features"    # ViewFeatures: one feature block per view
+GRAMS = "grams"                    # list of (n, n) Gram matrices, one per view
+DECISION = "decision"              # tensor f (n, T): one decision value per task
+GAUSSIAN_PROCESS = "gaussian_process"  # LatentGaussian: f with a prior covariance to integrate
+NOTHING = "nothing"                # what a likelihood hands on
+#: properties an output may provide (see :attr:`Component.provides`)
+FIXED = "fixed"                    # data, not a function of random variables
+PRODUCT_BLOCK = "product_block"    # features of the product of the views' kernels too
+
+#: a sentence per kind, for the builder's error messages
+KIND_DESCRIPTIONS = {
+    VIEWS: "the views as given",
+    LATENT: "a shared latent representation",
+    VIEW_FEATURES: "one feature block per view",
+    GRAMS: "one Gram matrix per view",
+    DECISION: "decision values f",
+    GAUSSIAN_PROCESS: "a Gaussian-process latent with a prior covariance",
+    NOTHING: "nothing",
+}
+
+
+class Component(BaseEstimator):
     """Base class of the pieces.
 
     ``build(ctx, upstream)`` adds variables to the open ``pm.Model`` and returns what the next
     piece consumes; ``initial_values(ctx, rng)`` proposes a start for the variables it added
     (value-variable names → arrays).
+
+    A component is an immutable specification: its constructor's arguments are its
+    parameters (``get_params``/``set_params``/``sklearn.base.clone`` work on it), and whatever
+    it derives from training data (landmarks, subsets, random bases) goes into the built
+    model's :class:`BuildContext`, so one component can build on two data sets
+    independently.
+
+    Attributes
+    ----------
+    consumes : tuple of str
+        The kinds of input ``build`` accepts (``VIEWS``, ``LATENT``, ``VIEW_FEATURES``...).
+    produces : str
+        The kind of what ``build`` returns.
+    provides : frozenset of str
+        Properties of the output a consumer may require: ``"fixed"`` (features that are data,
+        not functions of random variables), ``"product_block"`` (features of the views'
+        product kernel besides the per-view blocks).
+    requires : dict
+        ``{input kind: properties the input must provide}``.
     """
+
+    consumes: ClassVar[tuple[str, ...]] = ()
+    produces: ClassVar[str] = NOTHING
+    provides: ClassVar[frozenset[str]] = frozenset()
+    requires: ClassVar[dict[str, frozenset[str]]] = {}
 
     def build(self, ctx: BuildContext, upstream: Any = None) -> Any:
         raise NotImplementedError
@@ -94,8 +160,64 @@ class Component:
 class Identity(Component):
     """The views as given: the representation of every model without a shared latent."""
 
+    produces = VIEWS
+
     def build(self, ctx: BuildContext, upstream: Any = None) -> MultiViewData:
         return ctx.data
+
+
+@dataclass
+class ViewFeatures:
+    """What a per-view feature map hands to a combiner: one block ``φ_v`` per view.
+
+    Attributes
+    ----------
+    tensors : list
+        ``φ_v`` of shape (n, d_v): PyTensor tensors, shared variables or sparse shared
+        variables.
+    widths : tuple of int
+        ``d_v`` per block.
+    sparse : tuple of bool
+        Which blocks are sparse.
+    product : tensor or None
+        Features of the product of the views' kernels (for the ϱ-tensor combiner), if the map
+        provides them.
+    """
+
+    tensors: list[Any]
+    widths: tuple[int, ...]
+    sparse: tuple[bool, ...]
+    product: Any = None
+
+    @property
+    def n_views(self) -> int:
+        return len(self.tensors)
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        """``d_v + 1`` per block: the length of ``z_v = [φ_v; 1]``."""
+        return tuple(w + 1 for w in self.widths)
+
+    def dot(self, v: int, B: Any) -> Any:
+        """Graph of ``φ_v B`` (sparse blocks stay sparse)."""
+        X = self.tensors[v]
+        return pts.dot(X, B) if self.sparse[v] else pt.dot(X, B)
+
+    def project(self, v: int, A: Any) -> Any:
+        """Graph of ``z_vᵀ A`` with ``A`` of shape (T, d_v + 1, k): returns (n, T, k)."""
+        D = self.widths[v]
+        T, k = A.shape[0], A.shape[2]
+        B = A[:, :D, :].dimshuffle(1, 0, 2).reshape((D, T * k))
+        XB = self.dot(v, B)
+        return XB.reshape((self.tensors[v].shape[0], T, k)) + A[:, D, :][None, :, :]
+
+    def linear(self, beta: Any) -> Any:
+        """Graph of ``[φ_1, …, φ_V] βᵀ`` for ``β`` of shape (T, Σ d_v), block by block."""
+        if self.n_views == 1:
+            return self.dot(0, beta.T)
+        edges = np.concatenate([[0], np.cumsum(self.widths)]).astype(int)
+        terms = [self.dot(v, beta[:, edges[v]:edges[v + 1]].T) for v in range(self.n_views)]
+        return terms[0] if len(terms) == 1 else pt.add(*terms)
 
 
 @dataclass

@@ -6,11 +6,22 @@ import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
 
-from bayesmv.components.base import BuildContext, Component, WideFlat
+from bayesmv.components.base import (
+    DECISION,
+    VIEW_FEATURES,
+    BuildContext,
+    Component,
+    ViewFeatures,
+    WideFlat,
+)
 
 
 class SumCombiner(Component):
     """One weight vector per task on the (concatenated) features: ``f = Φ βᵀ``.
+
+    ``Φ = [φ_1, …, φ_V]`` are the feature map's blocks (one per view, or the one block of a
+    shared representation's features); with linear features and a Gaussian prior this is
+    Bayesian linear (ridge, logistic...) regression on the concatenated views.
 
     Parameters
     ----------
@@ -26,6 +37,9 @@ class SumCombiner(Component):
         hinge as long as every task has both labels.
     """
 
+    consumes = (VIEW_FEATURES,)
+    produces = DECISION
+
     def __init__(self, prior_precision: float = 1e-2,
                  precision_prior: tuple[float, float] | None = None,
                  flat_bias: bool = False) -> None:
@@ -33,7 +47,7 @@ class SumCombiner(Component):
         self.precision_prior = precision_prior
         self.flat_bias = flat_bias
 
-    def build(self, ctx: BuildContext, Phi: pt.TensorVariable) -> pt.TensorVariable:
+    def build(self, ctx: BuildContext, features: ViewFeatures) -> pt.TensorVariable:
         n_outputs = ctx.sizes["feature"]
         if self.precision_prior is None:
             v = self.prior_precision
@@ -42,7 +56,7 @@ class SumCombiner(Component):
             v = pm.Gamma("v", alpha=a_v, beta=b_v)
         beta = pm.Normal("beta", 0.0, v**-0.5, shape=(ctx.n_tasks, n_outputs),
                          dims=("task", "feature"))
-        f = Phi @ beta.T
+        f = features.linear(beta)
         if self.flat_bias:
             f = f + WideFlat("bias", shape=ctx.n_tasks, dims="task")
         return pm.Deterministic("f", f, dims=("sample", "task"))

@@ -25,7 +25,16 @@ from pymc.distributions.shape_utils import rv_size_is_none
 from pytensor.tensor.random.op import RandomVariable
 from scipy.special import expit
 
-from bayesmv.components.base import BuildContext, Component
+from bayesmv.components.base import (
+    LATENT,
+    VIEW_FEATURES,
+    VIEWS,
+    BuildContext,
+    Component,
+    ViewFeatures,
+)
+from bayesmv.components.linear import fill_missing, publish_view_features
+from bayesmv.data import MultiViewData
 
 
 def fourier_features(Z: np.ndarray, Omega: np.ndarray) -> np.ndarray:
@@ -147,12 +156,14 @@ class GaussianSpectral(Component):
     def scale(self, m: int) -> float:
         return self.bandwidth / np.sqrt(m)
 
-    def build(self, ctx: BuildContext, n_features: int, m: int) -> pt.TensorVariable:
-        return pm.Normal("Omega", 0.0, self.scale(m), shape=(n_features, m),
-                         dims=("frequency", "latent"))
+    def build(self, ctx: BuildContext, n_features: int, m: int, suffix: str = "",
+              input_dim: str = "latent") -> pt.TensorVariable:
+        return pm.Normal(f"Omega{suffix}", 0.0, self.scale(m), shape=(n_features, m),
+                         dims=("frequency", input_dim))
 
-    def initial_values(self, n_features: int, m: int, rng) -> dict[str, np.ndarray]:
-        return {"Omega": self.scale(m) * rng.standard_normal((n_features, m))}
+    def initial_values(self, n_features: int, m: int, rng, suffix: str = ""
+                       ) -> dict[str, np.ndarray]:
+        return {f"Omega{suffix}": self.scale(m) * rng.standard_normal((n_features, m))}
 
     def prior_logp_grad(self, Omega: np.ndarray, draw: dict) -> tuple[float, np.ndarray]:
         s2 = self.scale(Omega.shape[1]) ** 2
@@ -210,21 +221,23 @@ class DPMixtureSpectral(Component):
     def b0(self, m: int) -> float:
         return (self.a0 - 1.0) * self.bandwidth**2 / m
 
-    def build(self, ctx: BuildContext, n_features: int, m: int) -> pt.TensorVariable:
+    def build(self, ctx: BuildContext, n_features: int, m: int, suffix: str = "",
+              input_dim: str = "latent") -> pt.TensorVariable:
         K = self.n_components
         ctx.add_coord("component", K)
-        sticks = pm.Beta("dp_sticks", 1.0, self.alpha, shape=K - 1)
-        weights = pm.Deterministic("dp_weights", _stick_breaking_weights_pt(sticks),
+        sticks = pm.Beta(f"dp_sticks{suffix}", 1.0, self.alpha, shape=K - 1)
+        weights = pm.Deterministic(f"dp_weights{suffix}", _stick_breaking_weights_pt(sticks),
                                    dims="component")
-        sigma2 = pm.InverseGamma("dp_sigma2", alpha=self.a0, beta=self.b0(m), shape=(K, m),
-                                 dims=("component", "latent"))
-        mu = pm.Normal("dp_mu", 0.0, pt.sqrt(sigma2 / self.kappa0), shape=(K, m),
-                       dims=("component", "latent"))
+        sigma2 = pm.InverseGamma(f"dp_sigma2{suffix}", alpha=self.a0, beta=self.b0(m),
+                                 shape=(K, m), dims=("component", input_dim))
+        mu = pm.Normal(f"dp_mu{suffix}", 0.0, pt.sqrt(sigma2 / self.kappa0), shape=(K, m),
+                       dims=("component", input_dim))
         # the M frequencies are the mixture's batch: i.i.d. given (weights, mu, sigma2)
-        return DiagonalNormalMixture("Omega", weights, mu, sigma2, shape=(n_features, m),
-                                     dims=("frequency", "latent"))
+        return DiagonalNormalMixture(f"Omega{suffix}", weights, mu, sigma2,
+                                     shape=(n_features, m), dims=("frequency", input_dim))
 
-    def initial_values(self, n_features: int, m: int, rng) -> dict[str, np.ndarray]:
+    def initial_values(self, n_features: int, m: int, rng, suffix: str = ""
+                       ) -> dict[str, np.ndarray]:
         K = self.n_components
         sticks = np.clip(rng.beta(1.0, self.alpha, size=K - 1), 1e-6, 1 - 1e-6)
         sigma2 = np.full((K, m), self.b0(m) / (self.a0 - 1.0))
@@ -232,8 +245,9 @@ class DPMixtureSpectral(Component):
         weights = stick_breaking_weights(sticks)
         z = rng.choice(K, size=n_features, p=weights / weights.sum())
         Omega = mu[z] + np.sqrt(sigma2[z]) * rng.standard_normal((n_features, m))
-        return {"dp_sticks_logodds__": np.log(sticks) - np.log1p(-sticks),
-                "dp_sigma2_log__": np.log(sigma2), "dp_mu": mu, "Omega": Omega}
+        return {f"dp_sticks{suffix}_logodds__": np.log(sticks) - np.log1p(-sticks),
+                f"dp_sigma2{suffix}_log__": np.log(sigma2), f"dp_mu{suffix}": mu,
+                f"Omega{suffix}": Omega}
 
     @staticmethod
     def weights_from_draw(draw: dict) -> np.ndarray:
@@ -275,33 +289,64 @@ class DPMixtureSpectral(Component):
 
 
 class RandomFourierFeatures(Component):
-    """Random Fourier features of a representation, with a (learned) spectral density.
+    """Random Fourier features with a (learned) spectral density.
+
+    On a shared latent ``h`` (M³LAK) the map is ``φ̃(h) = [cos Ωh; sin Ωh; √M] / √M``, one
+    block with a constant.  On the views themselves each view gets its own frequencies
+    ``Ω_v`` (variables ``Omega_v``, with ``m = D_v``) from its own copy of the spectral prior
+    and its block ``[cos Ω_v x_v; sin Ω_v x_v] / √M`` (no constant: add one with the
+    combiner, e.g. ``SumCombiner(flat_bias=True)``); a missing view's row is read as
+    ``x_v = 0``.
 
     Parameters
     ----------
     n_features : int
-        Number M of frequencies; the feature vector has 2M + 1 entries (with the bias).
+        Number M of frequencies (per view on the views).
     spectral : GaussianSpectral or DPMixtureSpectral
         Prior of the frequencies.
     """
 
+    consumes = (LATENT, VIEWS)
+    produces = VIEW_FEATURES
+
     def __init__(self, n_features: int = 100, spectral: Component | None = None) -> None:
         self.n_features = n_features
-        self.spectral = spectral if spectral is not None else DPMixtureSpectral()
+        self.spectral = spectral
 
-    def build(self, ctx: BuildContext, Z: pt.TensorVariable) -> pt.TensorVariable:
-        m = ctx.sizes["latent"]
-        ctx.add_coord("frequency", self.n_features)
-        ctx.add_coord("feature", 2 * self.n_features + 1)
-        Omega = self.spectral.build(ctx, self.n_features, m)
-        S = Z @ Omega.T
-        n = ctx.n_samples
+    @property
+    def spectral_(self) -> Component:
+        """The spectral prior (a :class:`DPMixtureSpectral` when ``spectral`` is None)."""
+        return self.spectral if self.spectral is not None else DPMixtureSpectral()
+
+    def build(self, ctx: BuildContext, Z) -> ViewFeatures:
         M = self.n_features
-        return pt.concatenate([pt.cos(S), pt.sin(S), pt.full((n, 1), np.sqrt(M))],
-                              axis=1) / np.sqrt(M)
+        ctx.add_coord("frequency", M)
+        if isinstance(Z, MultiViewData):
+            views = [fill_missing(X) for X in Z.views]
+            blocks = []
+            for v, X in enumerate(views):
+                ctx.add_coord(f"input_{v}", X.shape[1])
+                Omega = self.spectral_.build(ctx, M, X.shape[1], suffix=f"_{v}",
+                                             input_dim=f"input_{v}")
+                S = pt.as_tensor(X) @ Omega.T
+                blocks.append(pt.concatenate([pt.cos(S), pt.sin(S)], axis=1) / np.sqrt(M))
+            return publish_view_features(ctx, blocks, None, [2 * M] * len(views))
+        m = ctx.sizes["latent"]
+        Omega = self.spectral_.build(ctx, M, m)
+        S = Z @ Omega.T
+        n = Z.shape[0]
+        Phi = pt.concatenate([pt.cos(S), pt.sin(S), pt.full((n, 1), np.sqrt(M))],
+                             axis=1) / np.sqrt(M)
+        return publish_view_features(ctx, [Phi], None, [2 * M + 1])
 
     def initial_values(self, ctx: BuildContext, rng) -> dict[str, np.ndarray]:
-        return self.spectral.initial_values(self.n_features, ctx.sizes["latent"], rng)
+        if "latent" in ctx.sizes:
+            return self.spectral_.initial_values(self.n_features, ctx.sizes["latent"], rng)
+        out: dict[str, np.ndarray] = {}
+        for v, X in enumerate(ctx.data.views):
+            out.update(self.spectral_.initial_values(self.n_features, X.shape[1], rng,
+                                                     suffix=f"_{v}"))
+        return out
 
     def evaluate(self, draw: dict, Z: np.ndarray) -> np.ndarray:
         return fourier_features(Z, draw["Omega"])

@@ -34,8 +34,8 @@ import pymc as pm
 import pytensor.tensor as pt
 import scipy.sparse as sp
 
-from bayesmv.components.base import BuildContext, Component
-from bayesmv.components.linear import LinearViews, project_np
+from bayesmv.components.base import DECISION, VIEW_FEATURES, BuildContext, Component, ViewFeatures
+from bayesmv.components.linear import project_np
 from bayesmv.params import check_positive
 
 PRIORS = ("normal", "laplace")
@@ -118,10 +118,14 @@ class CPInteractionCombiner(Component):
 
     Notes
     -----
-    Consumes anything with ``project(v, A)`` and ``sizes`` (``D_v + 1`` per view), such as
-    :class:`~bayesmv.components.linear.LinearViews`; adds ``A_v`` (dims ``task, z_v, rank``),
+    Consumes per-view features (:class:`~bayesmv.components.base.ViewFeatures`: the linear
+    map's ``x_v``, landmark, Nyström or random-feature blocks), each extended by a constant
+    to ``z_v = [φ_v; 1]``; adds ``A_v`` (dims ``task, z_v, rank``),
     the optional ``prior_rate`` and the deterministic ``f`` (dims ``sample, task``).
     """
+
+    consumes = (VIEW_FEATURES,)
+    produces = DECISION
 
     def __init__(self, rank: int = 8, prior: str = "normal", prior_scale: float = 1.0,
                  scale_prior: tuple[float, float] | None = None, init_scale: float = 0.1
@@ -161,9 +165,10 @@ class CPInteractionCombiner(Component):
         """Precision (normal) or rate (laplace) of the prior with scale ``s``."""
         return scale**-2 if self.prior == "normal" else 1.0 / scale
 
-    def build(self, ctx: BuildContext, views: LinearViews) -> pt.TensorVariable:
+    def build(self, ctx: BuildContext, views: ViewFeatures) -> pt.TensorVariable:
         self.validate()
         V = len(views.sizes)
+        ctx.sizes["n_feature_blocks"] = V
         ctx.add_coord("rank", self.rank)
         # float64 arrays, not Python floats: PyTensor stores a float that fits float32 (1.5,
         # 0.5, ...) as a float32 constant and then evaluates e.g. log(β) in float32
@@ -201,17 +206,24 @@ class CPInteractionCombiner(Component):
         whereas a fully random start often shrinks to the saddle at zero, where all gradients
         of a V ≥ 3 model vanish (measured on V = 3, 4 and the six-view UCI digits).
         """
-        views = ctx.state["linear_views"]
-        V = len(views)
+        views = ctx.state.get("view_feature_arrays")
+        # features that are functions of random variables (random Fourier features) have
+        # no fixed scale; theirs is O(1) by construction
+        widths = ([X.shape[1] for X in views] if views is not None
+                  else [ctx.sizes[f"z_{v}"] - 1 for v in range(ctx.sizes["n_feature_blocks"])])
+        V = len(widths)
         c = self.rank ** (-1.0 / (2 * V))
         T = ctx.n_tasks
         out: dict[str, np.ndarray] = {}
-        for v, X in enumerate(views):
-            sq = X.multiply(X).sum() if sp.issparse(X) else float(np.sum(X * X))
-            mean_sq = sq / max(X.shape[0], 1)
+        for v, D in enumerate(widths):
+            mean_sq = 1.0
+            if views is not None:
+                X = views[v]
+                sq = X.multiply(X).sum() if sp.issparse(X) else float(np.sum(X * X))
+                mean_sq = sq / max(X.shape[0], 1)
             sd = self.init_scale * c / np.sqrt(mean_sq) if mean_sq > 0 else self.init_scale * c
-            A = np.empty((T, X.shape[1] + 1, self.rank))
-            A[:, :-1, :] = sd * rng.standard_normal((T, X.shape[1], self.rank))
+            A = np.empty((T, D + 1, self.rank))
+            A[:, :-1, :] = sd * rng.standard_normal((T, D, self.rank))
             signs = rng.choice([-1.0, 1.0], size=(T, self.rank))
             A[:, -1, :] = c * signs * (1.0 + 0.1 * rng.standard_normal((T, self.rank)))
             out[factor_name(v)] = A

@@ -25,7 +25,17 @@ import pymc as pm
 import pytensor.tensor as pt
 from sklearn.metrics.pairwise import euclidean_distances, linear_kernel, rbf_kernel
 
-from bayesmv.components.base import BuildContext, Component
+from bayesmv.components.base import (
+    FIXED,
+    GRAMS,
+    PRODUCT_BLOCK,
+    VIEW_FEATURES,
+    VIEWS,
+    BuildContext,
+    Component,
+    ViewFeatures,
+)
+from bayesmv.components.linear import fill_missing, publish_view_features
 from bayesmv.data import MultiViewData
 
 KERNELS = ("rbf", "linear")
@@ -63,9 +73,12 @@ class ViewKernels(Component):
         ``GAMMA_RANGE / D_v`` (chosen by the marginal likelihood, or sampled).
     """
 
+    consumes = (VIEWS,)
+    produces = GRAMS
+
     def __init__(self, kernels: Sequence[str], gammas: Sequence[float | None]) -> None:
-        self.kernels = tuple(kernels)
-        self.gammas = tuple(gammas)
+        self.kernels = kernels
+        self.gammas = gammas
 
     def build(self, ctx: BuildContext, data: MultiViewData) -> list[pt.TensorVariable]:
         grams = []
@@ -113,30 +126,39 @@ class ViewRandomFeatures(Component):
         Seed of the base draws.
     """
 
+    consumes = (VIEWS,)
+    produces = VIEW_FEATURES
+    provides = frozenset({FIXED, PRODUCT_BLOCK})
+
     def __init__(self, n_features: int, kernels: Sequence[str], gammas: Sequence[float],
                  base: Sequence[np.ndarray] | None = None, random_state: int | None = None
                  ) -> None:
-        self.n_features = int(n_features)
-        self.kernels = tuple(kernels)
-        self.gammas = tuple(float(g) if g is not None else 0.0 for g in gammas)
-        self.base = None if base is None else [np.asarray(b, dtype=float) for b in base]
+        self.n_features = n_features
+        self.kernels = kernels
+        self.gammas = gammas
+        self.base = base
         self.random_state = random_state
 
     def draw_base(self, view_sizes: Sequence[int]) -> list[np.ndarray]:
-        if self.base is None:
-            rng = np.random.default_rng(self.random_state)
-            self.base = [rng.standard_normal((self.n_features, D)) for D in view_sizes]
-        return self.base
+        """``base`` when given, else standard normals drawn from ``random_state`` (the same
+        ones for the same seed; the component is not changed)."""
+        if self.base is not None:
+            return [np.asarray(b, dtype=float) for b in self.base]
+        rng = np.random.default_rng(self.random_state)
+        return [rng.standard_normal((int(self.n_features), D)) for D in view_sizes]
 
-    def blocks(self, views: Sequence[np.ndarray]) -> tuple[list[np.ndarray], np.ndarray]:
+    def blocks(self, views: Sequence[np.ndarray], base: Sequence[np.ndarray] | None = None
+               ) -> tuple[list[np.ndarray], np.ndarray]:
         """Per-view feature blocks of the sum term and the product term's block."""
-        base = self.draw_base([X.shape[1] for X in views])
-        M = self.n_features
+        if base is None:
+            base = self.draw_base([X.shape[1] for X in views])
+        M = int(self.n_features)
         n = views[0].shape[0]
         phase = np.zeros((n, M))
         linear_factor = np.ones((n, M))
         per_view = []
-        for kind, gamma, X, E in zip(self.kernels, self.gammas, views, base, strict=True):
+        gammas = [float(g) if g is not None else 0.0 for g in self.gammas]
+        for kind, gamma, X, E in zip(self.kernels, gammas, views, base, strict=True):
             if kind == "linear":
                 per_view.append(X)
                 linear_factor *= X @ E.T
@@ -148,8 +170,10 @@ class ViewRandomFeatures(Component):
                                 axis=1) / np.sqrt(M))
         return per_view, joint
 
-    def build(self, ctx: BuildContext, data: MultiViewData
-              ) -> tuple[list[pt.TensorVariable], pt.TensorVariable]:
-        per_view, joint = self.blocks(data.views)
-        return ([pm.Data(f"features_{v}", B) for v, B in enumerate(per_view)],
-                pm.Data("features_product", joint))
+    def build(self, ctx: BuildContext, data: MultiViewData) -> ViewFeatures:
+        base = ctx.fitted_state("random_base",
+                                lambda: self.draw_base([X.shape[1] for X in data.views]))
+        per_view, joint = self.blocks([fill_missing(X) for X in data.views], base)
+        tensors = [pm.Data(f"features_{v}", B) for v, B in enumerate(per_view)]
+        return publish_view_features(ctx, tensors, per_view,
+                                     product=pm.Data("features_product", joint))

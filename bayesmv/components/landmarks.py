@@ -37,10 +37,19 @@ import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
 from scipy import linalg, optimize
+from sklearn.base import clone
 from sklearn.metrics.pairwise import rbf_kernel
 from threadpoolctl import threadpool_limits
 
-from bayesmv.components.base import BuildContext, Component
+from bayesmv.components.base import (
+    FIXED,
+    VIEW_FEATURES,
+    VIEWS,
+    BuildContext,
+    Component,
+    ViewFeatures,
+)
+from bayesmv.components.linear import publish_view_features
 from bayesmv.data import MultiViewData
 
 IMPUTE_OPTIONS = ("landmarks", "bayes", "zero", None)
@@ -149,6 +158,10 @@ class LandmarkFeatures(Component):
     coef_var_, noise_var_ : float
         s² and σ² of the probabilistic eq. 11 (``impute="bayes"`` only).
     """
+
+    consumes = (VIEWS,)
+    produces = VIEW_FEATURES
+    provides = frozenset({FIXED})
 
     def __init__(self, n_landmarks: int = 50, gamma: Any = None, impute: str | None = "landmarks",
                  random_state: Any = None) -> None:
@@ -365,32 +378,40 @@ class LandmarkFeatures(Component):
         return out
 
     # ------------------------------------------------------------------ graph
-    def build(self, ctx: BuildContext, data: MultiViewData) -> pt.TensorVariable:
-        """Add the landmark features to the model (fitting the landmarks if not done yet).
+    def build(self, ctx: BuildContext, data: MultiViewData) -> ViewFeatures:
+        """Add the landmark features to the model: one block of L similarities per view.
 
-        The features are fixed data, except the missing blocks under ``impute="bayes"``:
-        those are random variables ``mu_missing_k`` (one per missing-view pattern k) with
-        the Gaussian prior of :meth:`missing_blocks`.
+        The landmarks are this component's own when it was fitted explicitly (:meth:`fit`, as
+        :class:`~bayesmv.MVLSVM` does); otherwise a fitted copy is made on the training rows
+        and kept in the built model (``ctx.state["landmarks"]``), so the component itself
+        does not change.  The features are fixed data, except the missing blocks under
+        ``impute="bayes"``: those are random variables ``mu_missing_k`` (one per missing-view
+        pattern k) with the Gaussian prior of :meth:`missing_blocks`; on new rows their
+        prior means fill them in.
         """
-        if not self.is_fitted:
-            self.fit(data)
-        L, V = self.n_landmarks_, self.n_views_
+        fitted = (self if self.is_fitted else
+                  ctx.fitted_state("landmarks", lambda: clone(self).fit(data)))
+        L, V = fitted.n_landmarks_, fitted.n_views_
         ctx.add_coord("landmark", L)
         ctx.add_coord("feature", L * V)
-        ctx.state["landmark_indices"] = self.landmark_indices_
-        if self.impute != "bayes" or not data.has_missing:
+        ctx.state["landmark_indices"] = fitted.landmark_indices_
+        if ctx.predicting or fitted.impute != "bayes" or not data.has_missing:
             ctx.state["missing_blocks"] = []
-            return pm.Data("landmark_features", self.transform(data), dims=("sample", "feature"))
-        M = self.similarities(data)
-        blocks = self.missing_blocks(M, data.observed)
-        ctx.state["missing_blocks"] = blocks
-        Phi = pt.as_tensor(pm.Data("landmark_features", np.nan_to_num(M, nan=0.0),
-                                   dims=("sample", "feature")))
-        for k, blk in enumerate(blocks):
+            Phi = fitted.transform(data)
+            data_var = pm.Data("landmark_features", Phi, dims=("sample", "feature"))
+        else:
+            M = fitted.similarities(data)
+            blocks = fitted.missing_blocks(M, data.observed)
+            ctx.state["missing_blocks"] = blocks
+            Phi = np.nan_to_num(M, nan=0.0)
+            data_var = pm.Data("landmark_features", Phi, dims=("sample", "feature"))
+        tensor = pt.as_tensor(data_var)
+        for k, blk in enumerate(ctx.state["missing_blocks"]):
             mu = pm.MvNormal(f"mu_missing_{k}", mu=blk.mean, cov=blk.covariance(),
                              shape=blk.mean.shape)
-            Phi = pt.set_subtensor(Phi[blk.rows[:, None], blk.columns[None, :]], mu)
-        return Phi
+            tensor = pt.set_subtensor(tensor[blk.rows[:, None], blk.columns[None, :]], mu)
+        blocks_ = [tensor[:, v * L:(v + 1) * L] for v in range(V)]
+        return publish_view_features(ctx, blocks_, [Phi[:, v * L:(v + 1) * L] for v in range(V)])
 
     def initial_values(self, ctx: BuildContext, rng: np.random.Generator
                        ) -> dict[str, np.ndarray]:

@@ -20,7 +20,7 @@ import pytensor.tensor as pt
 from pytensor.tensor.slinalg import solve_triangular
 from scipy import linalg
 
-from bayesmv.components.base import BuildContext, Component
+from bayesmv.components.base import LATENT, VIEWS, BuildContext, Component
 from bayesmv.data import MultiViewData
 
 
@@ -37,14 +37,27 @@ def collapsed_view_logp(X, H, W, V, tau):
     return -0.5 * (n * D * np.log(2 * np.pi) + n * logdet + quad)
 
 
-def view_noise_terms(W: np.ndarray, V: np.ndarray, tau: float) -> tuple[np.ndarray, np.ndarray]:
-    """Return ``(G, Q)`` with ``G = Wᵀ Ψ⁻¹ W`` and ``Q = Ψ⁻¹ W`` for ``Ψ = V Vᵀ + τ⁻¹ I``."""
+def view_noise_terms(W, V, tau, xp=np) -> tuple:
+    """Return ``(G, Q)`` with ``G = Wᵀ Ψ⁻¹ W`` and ``Q = Ψ⁻¹ W`` for ``Ψ = V Vᵀ + τ⁻¹ I``.
+
+    ``xp`` is ``numpy`` (prediction, samplers) or ``pytensor.tensor`` (the graph on new rows):
+    one definition for both.
+    """
     K = V.shape[1]
-    A = np.eye(K) + tau * (V.T @ V)
-    cho = linalg.cho_factor(A, lower=True)
-    # Ψ⁻¹ W = τ W - τ² V A⁻¹ Vᵀ W
-    Q = tau * W - tau**2 * (V @ linalg.cho_solve(cho, V.T @ W))
+    A = xp.eye(K) + tau * (V.T @ V)
+    # Ψ⁻¹ W = τ W - τ² V A⁻¹ Vᵀ W  (Woodbury; A is K × K, K small)
+    Q = tau * W - tau**2 * (V @ xp.linalg.solve(A, V.T @ W))
     return W.T @ Q, Q
+
+
+def latent_precision(G: list, mask, xp=np):
+    """``P = I + Σ_{v observed} W_vᵀ Ψ_v⁻¹ W_v``: the precision of ``h | x`` for a row that
+    has the views in ``mask``."""
+    m = G[0].shape[0]
+    P = xp.eye(m)
+    for v in np.flatnonzero(mask):
+        P = P + G[v]
+    return P
 
 
 class SharedLatent(Component):
@@ -83,10 +96,15 @@ class SharedLatent(Component):
         self.eta = eta
 
     # ------------------------------------------------------------------ graph
+    consumes = (VIEWS,)
+    produces = LATENT
+
     def build(self, ctx: BuildContext, upstream=None) -> pt.TensorVariable:
         data = ctx.data
         n, m, K = data.n_samples, self.latent_dim, self.view_latent_dim
         ctx.add_coord("latent", m)
+        if ctx.predicting:
+            return self._build_new_rows(ctx)
         H = pm.Normal("H", 0.0, 1.0, shape=(n, m), dims=("sample", "latent"))
         tau = pm.Gamma("tau", alpha=self.a_tau, beta=self.b_tau, shape=data.n_views, dims="view")
         r = pm.Gamma("r", alpha=self.a_r, beta=self.b_r, shape=(data.n_views, m),
@@ -104,6 +122,37 @@ class SharedLatent(Component):
                           observed=X_obs)
             else:
                 pm.Potential(f"x_{v}_loglik", collapsed_view_logp(X_obs, H_obs, W, V, tau[v]))
+        return H
+
+    def _build_new_rows(self, ctx: BuildContext) -> pt.TensorVariable:
+        """The latent of new rows as a graph of the global parameters: one draw from the exact
+        conditional ``p(h | x, W, V, τ)`` (labels unseen), ``h = P⁻¹b + L⁻ᵀε`` with
+        ``P = L Lᵀ`` per missing-view pattern and ``ε`` the input ``latent_noise`` (standard
+        normals, one matrix per posterior draw, fed by the predictor)."""
+        data = ctx.data
+        n, m, K = data.n_samples, self.latent_dim, self.view_latent_dim
+        tau = pm.Gamma("tau", alpha=self.a_tau, beta=self.b_tau, shape=data.n_views, dims="view")
+        r = pm.Gamma("r", alpha=self.a_r, beta=self.b_r, shape=(data.n_views, m),
+                     dims=("view", "latent"))
+        G, b = [], pt.zeros((n, m))
+        for v, Xv in enumerate(data.views):
+            D = Xv.shape[1]
+            W = pm.Normal(f"W_{v}", 0.0, 1.0 / pt.sqrt(r[v]), shape=(D, m))
+            V = pm.Normal(f"V_{v}", 0.0, self.eta**-0.5, shape=(D, K))
+            Gv, Qv = view_noise_terms(W, V, tau[v], xp=pt)
+            G.append(Gv)
+            rows = data.observed[:, v].astype(float)[:, None]
+            b = b + rows * (pt.as_tensor(np.nan_to_num(Xv)) @ Qv)
+        eps = pt.matrix("latent_noise", shape=(n, m), dtype="float64")
+        ctx.state.setdefault("prediction_inputs", {})["latent_noise"] = eps
+        patterns, pattern = np.unique(data.observed, axis=0, return_inverse=True)
+        H = pt.zeros((n, m))
+        for p, mask in enumerate(patterns):
+            P = latent_precision(G, mask, xp=pt)
+            L = pt.linalg.cholesky(P)
+            h = (pt.linalg.solve(P, b.T)
+                 + pt.linalg.solve_triangular(L.T, eps.T, lower=False)).T
+            H = H + (pattern.reshape(-1) == p).astype(float)[:, None] * h
         return H
 
     def initial_values(self, ctx: BuildContext, rng: np.random.Generator,
@@ -182,7 +231,7 @@ def latent_gaussian(draw: dict, observed_views, observed_index, patterns: np.nda
     chols = np.empty((len(patterns), m, m))
     mean = np.empty((n, m))
     for p, mask in enumerate(patterns):
-        chols[p] = np.linalg.cholesky(np.eye(m) + sum(G[v] for v in np.flatnonzero(mask)))
+        chols[p] = np.linalg.cholesky(latent_precision(G, mask))
         rows = pattern_of_row == p
         mean[rows] = linalg.cho_solve((chols[p], True), b[rows].T).T
     return mean, chols

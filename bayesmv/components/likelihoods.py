@@ -17,7 +17,13 @@ import pytensor.tensor as pt
 from scipy import stats
 from scipy.special import expit, log_expit, log_ndtr, log_softmax, logsumexp, softmax
 
-from bayesmv.components.base import BuildContext, Component, LatentGaussian
+from bayesmv.components.base import (
+    DECISION,
+    GAUSSIAN_PROCESS,
+    BuildContext,
+    Component,
+    LatentGaussian,
+)
 
 
 def hinge_log_pseudolikelihood(f: np.ndarray, y: np.ndarray, C: float) -> np.ndarray:
@@ -110,10 +116,14 @@ def class_probabilities(log_p: np.ndarray, axis: int | None = None, *,
 class HingeLikelihood(Component):
     """Max-margin hinge pseudo-likelihood with regularisation constant ``C``."""
 
+    consumes = (DECISION,)
+
     def __init__(self, C: float = 1.0) -> None:
         self.C = C
 
     def build(self, ctx: BuildContext, f: pt.TensorVariable) -> None:
+        if ctx.predicting:
+            return
         y = pm.Data("y_tasks", ctx.targets, dims=("sample", "task"))
         if ctx.augmented:
             lam = pm.HalfFlat("lam", shape=ctx.targets.shape, dims=("sample", "task"))
@@ -154,6 +164,8 @@ class GaussianLikelihood(Component):
     chooses the hyper-parameters.  Its ``noise_factor`` scales σ².
     """
 
+    consumes = (DECISION, GAUSSIAN_PROCESS)
+
     def __init__(self, sigma: float | None = 1.0, sigma_prior_scale: float = 1.0,
                  variance_range: tuple[float, float] | None = None) -> None:
         self.sigma = sigma
@@ -169,6 +181,8 @@ class GaussianLikelihood(Component):
         return pm.HalfNormal("sigma", self.sigma_prior_scale) ** 2
 
     def build(self, ctx: BuildContext, f) -> None:
+        if ctx.predicting:
+            return
         latent = f if isinstance(f, LatentGaussian) else LatentGaussian(f)
         variance = self._variance() * latent.noise_factor
         if latent.cov is None:
@@ -219,7 +233,11 @@ class LogisticLikelihood(Component):
     a negative label at ``f`` ≳ 37, which stalls optimisers with NaN gradients).
     """
 
+    consumes = (DECISION,)
+
     def build(self, ctx: BuildContext, f: pt.TensorVariable) -> None:
+        if ctx.predicting:
+            return
         positive = (np.asarray(ctx.targets) > 0).astype(np.int64)
         pm.CustomDist("y_obs", f, logp=_logistic_logp, random=_logistic_random,
                       observed=positive, dtype="int64", dims=("sample", "task"))

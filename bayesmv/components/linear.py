@@ -14,16 +14,19 @@ the training mean of the view.  Sparse views cannot hold NaN; their empty rows a
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pytensor
-import pytensor.sparse as pts
-import pytensor.tensor as pt
 import scipy.sparse as sp
 
-from bayesmv.components.base import BuildContext, Component
+from bayesmv.components.base import (
+    FIXED,
+    VIEW_FEATURES,
+    VIEWS,
+    BuildContext,
+    Component,
+    ViewFeatures,
+)
 from bayesmv.data import MultiViewData
 
 ViewMatrix = np.ndarray | sp.csr_matrix
@@ -62,36 +65,9 @@ def project_np(view: ViewMatrix, A: np.ndarray) -> np.ndarray:
     return XB + A[:, D, :][None]
 
 
-@dataclass
-class LinearViews:
-    """What :class:`LinearFeatures` hands to the combiner: ``z_v = [x_v; 1]`` per view.
-
-    Attributes
-    ----------
-    tensors : list
-        ``x_v`` as PyTensor shared variables (dense) or sparse shared variables (CSR).
-    sizes : tuple of int
-        ``D_v + 1`` per view (the length of ``z_v``).
-    sparse : tuple of bool
-        Which views are sparse.
-    """
-
-    tensors: list[Any]
-    sizes: tuple[int, ...]
-    sparse: tuple[bool, ...]
-
-    @property
-    def n_views(self) -> int:
-        return len(self.tensors)
-
-    def project(self, v: int, A: pt.TensorVariable) -> pt.TensorVariable:
-        """Graph of ``z_vᵀ A`` with ``A`` of shape (T, D_v + 1, k): returns (n, T, k)."""
-        D = self.sizes[v] - 1
-        T, k = A.shape[0], A.shape[2]
-        B = A[:, :D, :].dimshuffle(1, 0, 2).reshape((D, T * k))
-        X = self.tensors[v]
-        XB = pts.dot(X, B) if self.sparse[v] else pt.dot(X, B)
-        return XB.reshape((X.shape[0], T, k)) + A[:, D, :][None, :, :]
+#: the former name of :class:`~bayesmv.components.base.ViewFeatures` (its ``sizes`` are the
+#: lengths ``D_v + 1`` of ``z_v = [x_v; 1]``)
+LinearViews = ViewFeatures
 
 
 class LinearFeatures(Component):
@@ -108,6 +84,10 @@ class LinearFeatures(Component):
     last entry is the bias), and ``ctx.state["linear_views"]``: the NumPy/CSR views the graph
     holds (missing rows zeroed), which :meth:`initial_values` of the next piece may read.
     """
+
+    consumes = (VIEWS,)
+    produces = VIEW_FEATURES
+    provides = frozenset({FIXED})
 
     def __init__(self, views: Sequence[int] | None = None) -> None:
         self.views = views
@@ -126,16 +106,30 @@ class LinearFeatures(Component):
         """The views as the model reads them: ``x_v`` with missing rows set to zero."""
         return [fill_missing(data.views[v]) for v in self._selected(data)]
 
-    def build(self, ctx: BuildContext, data: MultiViewData | None = None) -> LinearViews:
+    def build(self, ctx: BuildContext, data: MultiViewData | None = None) -> ViewFeatures:
         data = ctx.data if data is None else data
         views = self.transform(data)
-        tensors, sizes = [], []
-        for v, X in enumerate(views):
-            # shared variables, not constants: PyTensor would hash a large constant on compile
-            tensors.append(pytensor.shared(X, name=f"x_{v}", borrow=True))
-            sizes.append(X.shape[1] + 1)
-            ctx.add_coord(f"z_{v}", X.shape[1] + 1)
+        # shared variables, not constants: PyTensor would hash a large constant on compile
+        tensors = [pytensor.shared(X, name=f"x_{v}", borrow=True) for v, X in enumerate(views)]
         ctx.state["linear_views"] = views
         ctx.sizes["n_linear_views"] = len(views)
-        return LinearViews(tensors, tuple(sizes), tuple(sp.issparse(X) for X in views))
+        return publish_view_features(ctx, tensors, views)
+
+
+def publish_view_features(ctx: BuildContext, tensors: list, arrays: list | None,
+                          widths: Sequence[int] | None = None, product=None) -> ViewFeatures:
+    """Register the coordinates ``z_v`` (length ``d_v + 1``) and ``feature`` (``Σ d_v``) and
+    hand the blocks on; ``arrays`` (the blocks as NumPy/CSR when they are data) go to
+    ``ctx.state["view_feature_arrays"]`` for the next piece's starting values."""
+    if widths is None:
+        widths = [X.shape[1] for X in arrays]
+    widths = tuple(int(w) for w in widths)
+    for v, w in enumerate(widths):
+        ctx.add_coord(f"z_{v}", w + 1)
+    ctx.add_coord("feature", int(sum(widths)))
+    if arrays is not None:
+        ctx.state["view_feature_arrays"] = list(arrays)
+    sparse = tuple(bool(arrays is not None and sp.issparse(X)) for X in
+                   (arrays if arrays is not None else [None] * len(widths)))
+    return ViewFeatures(list(tensors), widths, sparse, product)
 

@@ -33,7 +33,15 @@ import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
 
-from bayesmv.components.base import BuildContext, Component, WideFlat
+from bayesmv.components.base import (
+    DECISION,
+    FIXED,
+    VIEW_FEATURES,
+    BuildContext,
+    Component,
+    ViewFeatures,
+    WideFlat,
+)
 from bayesmv.inference.metric import (
     LEARN_A,
     OBJECTIVES,
@@ -62,9 +70,13 @@ class BlockMetricCombiner(Component):
 
     Notes
     -----
-    Consumes the ``pm.Data`` ``"U"`` of :class:`~bayesmv.components.NystromFeatures` and the
-    block sizes it leaves in ``ctx.state["block_sizes"]``; returns ``f`` (dims sample, task).
+    Consumes per-view features that are data (Nyström, landmark or linear blocks: the metric
+    relates their columns, so they must not be random) and returns ``f`` (dims sample, task).
     """
+
+    consumes = (VIEW_FEATURES,)
+    produces = DECISION
+    requires = {VIEW_FEATURES: frozenset({FIXED})}
 
     def __init__(self, lmbda: float = 0.1, eta: float = 1.0, learn_A: str = "full",
                  learn_w: bool = False, objective: str = "paper") -> None:
@@ -96,12 +108,15 @@ class BlockMetricCombiner(Component):
         return initial_metric(problem, self.learn_A)
 
     # ------------------------------------------------------------------ graph
-    def build(self, ctx: BuildContext, U) -> pt.TensorVariable:
+    def build(self, ctx: BuildContext, features: ViewFeatures) -> pt.TensorVariable:
         self.check_params()
-        sizes = tuple(ctx.state["block_sizes"])
+        sizes = tuple(features.widths)
         n, V, T = int(sum(sizes)), len(sizes), ctx.n_tasks
-        if "features" not in ctx.state:
-            ctx.state["features"] = np.asarray(U.get_value())
+        arrays = ctx.state["view_feature_arrays"]
+        ctx.state["features"] = np.concatenate(
+            [X.toarray() if hasattr(X, "toarray") else X for X in arrays], axis=1)
+        ctx.state["block_sizes"] = sizes
+        ctx.add_coord("nystrom_feature", n)
         ctx.add_coord("nystrom_feature_b", n)
         view_of_feature = np.repeat(np.arange(V), sizes)
         lam = float(self.lmbda)
@@ -131,7 +146,9 @@ class BlockMetricCombiner(Component):
                         terms.append(pt.sqrt(pt.sum(blk**2, axis=(1, 2))))
                 pm.Potential("A_prior", -self.eta * pt.sum(pt.stack(terms)))
         else:
-            A_np = self.fixed_metric(self.problem(ctx))
+            # the training rows' metric (MVML_Cov's depends on the features), also on new rows
+            A_np = ctx.fitted_state("fixed_metric",
+                                    lambda: self.fixed_metric(self.problem(ctx)))
             L_np = psd_factor(A_np)
             if L_np.shape[1] == n and np.allclose(L_np, np.tril(L_np)):
                 L = pt.as_tensor(np.broadcast_to(L_np, (T, n, n)).copy())
@@ -148,7 +165,7 @@ class BlockMetricCombiner(Component):
                     pm.Potential("g_penalty", -lam * pt.sum(h**2))
                 g = pm.Deterministic("g", h @ pt.as_tensor(L_np.T),
                                      dims=("task", "nystrom_feature"))
-        return pm.Deterministic("f", U @ (w_feat * g).T, dims=("sample", "task"))
+        return pm.Deterministic("f", features.linear(w_feat * g), dims=("sample", "task"))
 
     def _g_given_square_factor(self, L, lam: float, T: int):
         if self.objective == "bayes":

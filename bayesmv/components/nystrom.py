@@ -25,7 +25,15 @@ import numpy as np
 import pymc as pm
 from sklearn.metrics.pairwise import PAIRWISE_KERNEL_FUNCTIONS, pairwise_kernels
 
-from bayesmv.components.base import BuildContext, Component
+from bayesmv.components.base import (
+    FIXED,
+    VIEW_FEATURES,
+    VIEWS,
+    BuildContext,
+    Component,
+    ViewFeatures,
+)
+from bayesmv.components.linear import publish_view_features
 from bayesmv.data import MultiViewData
 
 __all__ = ["NystromFeatures", "NystromState", "check_complete_views", "n_landmarks"]
@@ -201,6 +209,10 @@ class NystromFeatures(Component):
     sizes in ``ctx.state["block_sizes"]``.
     """
 
+    consumes = (VIEWS,)
+    produces = VIEW_FEATURES
+    provides = frozenset({FIXED})
+
     def __init__(self, nystrom: float | int = 0.25, kernel: str | Sequence[str] = "rbf",
                  gamma: float | Sequence[float] | None = None, rcond: float = 1e-10,
                  random_state: int | np.random.Generator | None = None,
@@ -269,15 +281,15 @@ class NystromFeatures(Component):
         return NystromState(subset=subset, landmarks=landmarks, whiteners=whiteners,
                             kernels=list(kernels), gammas=used_gamma, eigenvalues=eigs)
 
-    def build(self, ctx: BuildContext, data: MultiViewData | None = None):
+    def build(self, ctx: BuildContext, data: MultiViewData | None = None) -> ViewFeatures:
         data = ctx.data if data is None else data
-        state = ctx.state.get("nystrom")
-        if state is None:
-            state = self.fit_state(data)
-            ctx.state["nystrom"] = state
+        state = ctx.fitted_state("nystrom", lambda: self.fit_state(data))
         U = state.transform(data)
         ctx.state["features"] = U
         ctx.state["block_sizes"] = state.block_sizes
         ctx.add_coord("nystrom_feature", U.shape[1])
-        ctx.sizes["feature"] = U.shape[1]
-        return pm.Data("U", U, dims=("sample", "nystrom_feature"))
+        Ud = pm.Data("U", U, dims=("sample", "nystrom_feature"))
+        edges = np.concatenate([[0], np.cumsum(state.block_sizes)]).astype(int)
+        blocks = [Ud[:, a:b] for a, b in zip(edges[:-1], edges[1:], strict=True)]
+        return publish_view_features(ctx, blocks, [U[:, a:b] for a, b in
+                                                    zip(edges[:-1], edges[1:], strict=True)])

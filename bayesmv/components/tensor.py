@@ -22,7 +22,17 @@ import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
 
-from bayesmv.components.base import BuildContext, Component, LatentGaussian, WideFlat
+from bayesmv.components.base import (
+    GAUSSIAN_PROCESS,
+    GRAMS,
+    PRODUCT_BLOCK,
+    VIEW_FEATURES,
+    BuildContext,
+    Component,
+    LatentGaussian,
+    ViewFeatures,
+    WideFlat,
+)
 
 
 def tau_of(rho: float, n_views: int) -> float:
@@ -65,6 +75,10 @@ class RhoTensorCombiner(Component):
         The paper's η: the prior covariance of the decision values is ``K_ϱ / (η τ²)``.
     """
 
+    consumes = (GRAMS, VIEW_FEATURES)
+    produces = GAUSSIAN_PROCESS
+    requires = {VIEW_FEATURES: frozenset({PRODUCT_BLOCK})}
+
     def __init__(self, rho: float | None = 0.5, eta: float = 1.0) -> None:
         self.rho = rho
         self.eta = eta
@@ -72,8 +86,8 @@ class RhoTensorCombiner(Component):
     def build(self, ctx: BuildContext, kernels) -> LatentGaussian:
         rho = self.rho if self.rho is not None else pm.Uniform("rho", 0.0, 1.0)
         bias = WideFlat("b", dims="task")
-        if isinstance(kernels, tuple):  # random features: (per-view blocks, product block)
-            per_view, joint = kernels
+        if isinstance(kernels, ViewFeatures):  # random features: per-view and product blocks
+            per_view, joint = kernels.tensors, kernels.product
             tau = tau_of(rho, len(per_view))
             Psi = pt.concatenate([pt.sqrt(1.0 - rho) * B for B in per_view]
                                  + [pt.sqrt(rho) * joint], axis=1) / (tau * np.sqrt(self.eta))

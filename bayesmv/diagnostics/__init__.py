@@ -2,7 +2,7 @@
 calibration, pictures and one-file HTML reports.
 
 They work on every estimator (MCMC, Laplace and MAP fits alike) through a small protocol of
-:class:`bayesmv.models.base.MultiViewClassifier`: ``_class_probability_draws``,
+:class:`bayesmv.models.base.BaseMultiViewClassifier`: ``_class_probability_draws``,
 ``_decision_draws``, ``view_relevance`` and the kind of fit in
 ``idata_.posterior.attrs["inference"]``.
 """

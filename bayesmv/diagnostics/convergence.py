@@ -54,6 +54,8 @@ def inference_kind(fitted_or_idata) -> str:
         kind = str(kind).lower()
         if kind in ("nuts", "gibbs", "hybrid"):
             return "mcmc"
+        if kind == "exact":  # independent draws of a Gaussian posterior, as a Laplace fit's
+            return "laplace"
         if kind not in KINDS:
             raise ValueError(f"posterior.attrs['inference'] is {kind!r}; expected one of {KINDS}")
         return kind

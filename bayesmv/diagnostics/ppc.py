@@ -311,10 +311,10 @@ def posterior_predictive_check(estimator, X, y, *, n_replications: int = 1000,
 
 def _predicts_by_argmax(estimator) -> bool:
     """Whether ``predict`` is the base class's ``classes_[argmax(predict_proba)]``."""
-    from bayesmv.models.base import MultiViewClassifier
+    from bayesmv.models.base import BaseMultiViewClassifier
 
     predict = getattr(type(estimator), "predict", None)
-    return predict is MultiViewClassifier.predict
+    return predict is BaseMultiViewClassifier.predict
 
 
 def _readable(name: str, classes: np.ndarray) -> str:

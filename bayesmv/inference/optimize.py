@@ -127,8 +127,43 @@ class MapResult:
     hit_max_iter: bool = False
 
 
+#: problems up to this many parameters get Newton steps after L-BFGS-B (see find_map)
+POLISH_MAX = 400
+
+
+def newton_polish(flat: FlatLogp, x: np.ndarray, *, max_steps: int = 20,
+                  gtol: float = 1e-10) -> np.ndarray:
+    """Newton steps with the exact Hessian from ``x`` while they increase the log density.
+
+    L-BFGS-B stops on the relative change of the objective, which on ill-conditioned
+    problems (nearly separable logistic regression) leaves gradients of 1e-3 to 1e-2; a few
+    Newton steps reach the mode to rounding.  Directions without clear negative curvature
+    (exact symmetries, saddles) are left alone: the step is taken in the span of the
+    eigenvectors of ``-H`` with eigenvalue above ``1e-10 · max``.
+    """
+    lp, g = flat(x)
+    for _ in range(max_steps):
+        if np.max(np.abs(g)) <= gtol * max(1.0, abs(lp)):
+            break
+        lam, vecs = np.linalg.eigh(-full_hessian(flat, x))
+        keep = lam > 1e-10 * max(lam.max(), 0.0)
+        if not keep.any():
+            break
+        step = vecs[:, keep] @ ((vecs[:, keep].T @ g) / lam[keep])
+        for scale in (1.0, 0.5, 0.25, 0.125):
+            trial = x + scale * step
+            lp_t, g_t = flat(trial)
+            if np.isfinite(lp_t) and lp_t >= lp:
+                x, lp, g = trial, lp_t, g_t
+                break
+        else:
+            break
+    return x
+
+
 def find_map(flat: FlatLogp, x0: np.ndarray, *, l1: L1Penalty | None = None,
-             max_iter: int = 1000, tol: float = 1e-9, maxcor: int = 20) -> MapResult:
+             max_iter: int = 1000, tol: float = 1e-9, maxcor: int = 20,
+             polish: bool = True) -> MapResult:
     """Maximise ``flat`` by L-BFGS-B from ``x0`` (full batch).
 
     Parameters
@@ -144,6 +179,9 @@ def find_map(flat: FlatLogp, x0: np.ndarray, *, l1: L1Penalty | None = None,
     tol : float
         Relative objective tolerance (SciPy's ``ftol``); the projected-gradient tolerance
         is ``1000·tol``.
+    polish : bool, default True
+        Finish with :func:`newton_polish` when the problem is smooth (no ``l1``) and has at
+        most :data:`POLISH_MAX` parameters.
     """
     x0 = np.asarray(x0, dtype=float)
     l1_idx: list[tuple[slice, float | tuple[int, int]]] = []
@@ -210,6 +248,8 @@ def find_map(flat: FlatLogp, x0: np.ndarray, *, l1: L1Penalty | None = None,
                    options={"maxiter": int(max_iter), "maxfun": 4 * int(max_iter) + 20,
                             "ftol": tol, "gtol": 1e3 * tol, "maxcor": maxcor})
     x = assemble(res.x)
+    if polish and not m and flat.size <= POLISH_MAX:
+        x = newton_polish(flat, x)
     lp, _ = flat(x)
     return MapResult(x=x, point=flat.to_point(x), logp=lp, n_iter=int(res.nit),
                      n_evals=flat.n_evals - n0, success=bool(res.success),

@@ -49,7 +49,7 @@ class HybridSpec:
             observed_index=idx, patterns=patterns, pattern_of_row=pattern.reshape(-1),
             targets=built.context.targets, C=float(lik.C), latent_dim=rep.latent_dim,
             view_latent_dim=rep.view_latent_dim, n_features=fmap.n_features, a_r=rep.a_r,
-            b_r=rep.b_r, a_tau=rep.a_tau, b_tau=rep.b_tau, eta=rep.eta, spectral=fmap.spectral,
+            b_r=rep.b_r, a_tau=rep.a_tau, b_tau=rep.b_tau, eta=rep.eta, spectral=fmap.spectral_,
             prior_precision=comb.prior_precision, precision_prior=comb.precision_prior,
         )
 

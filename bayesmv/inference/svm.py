@@ -99,29 +99,35 @@ class HingeGibbsSpec:
     features: np.ndarray            # (N, p) fixed features (missing entries: anything)
     targets: np.ndarray             # (N, T) ±1
     C: float                        # HingeLikelihood's C (pseudo-likelihood exp(-2C hinge))
-    prior_precision: np.ndarray     # (p + 1,): θ's prior precision, then 0 for the bias
+    prior_precision: np.ndarray     # (p [+ 1],): θ's prior precision [, then 0 for the bias]
     missing: list[MissingBlocks]    # unknown similarity blocks (impute="bayes")
+    has_bias: bool = True           # a flat bias b (SumCombiner(flat_bias=True))
 
     @classmethod
     def from_built(cls, built: BuiltModel) -> HingeGibbsSpec:
+        from bayesmv.inference.engines import fixed_design
+
         b = built.builder
         comb, lik = b.combiner, b.likelihood
-        if not getattr(comb, "flat_bias", False) or comb.precision_prior is not None:
-            raise ValueError("HingeGibbs needs a SumCombiner with a fixed prior precision and "
-                             "flat_bias=True")
-        model = built.model
-        features = np.asarray(model["landmark_features"].get_value())
+        if comb.precision_prior is not None:
+            raise ValueError("HingeGibbs needs a SumCombiner with a fixed prior precision")
+        features = fixed_design(built)
         p = features.shape[1]
-        precision = np.append(np.full(p, float(comb.prior_precision)), 0.0)
+        precision = np.full(p, float(comb.prior_precision))
+        if comb.flat_bias:
+            precision = np.append(precision, 0.0)
         return cls(features=features, targets=built.context.targets, C=float(lik.C),
                    prior_precision=precision,
-                   missing=list(built.context.state.get("missing_blocks", [])))
+                   missing=list(built.context.state.get("missing_blocks", [])),
+                   has_bias=bool(comb.flat_bias))
 
     def design(self, point: dict) -> np.ndarray:
-        """Features with the current missing blocks filled in, plus a column of ones."""
-        Phi = np.empty((self.features.shape[0], self.features.shape[1] + 1))
-        Phi[:, :-1] = self.features
-        Phi[:, -1] = 1.0
+        """Features with the current missing blocks filled in, plus a column of ones when the
+        model has a bias."""
+        Phi = np.empty((self.features.shape[0], self.features.shape[1] + int(self.has_bias)))
+        Phi[:, :self.features.shape[1]] = self.features
+        if self.has_bias:
+            Phi[:, -1] = 1.0
         for k, blk in enumerate(self.missing):
             Phi[blk.rows[:, None], blk.columns[None, :]] = point[f"mu_missing_{k}"]
         return Phi
@@ -178,7 +184,8 @@ class HingeGibbs(GibbsBlockStep):
     def step(self, point):
         s, rng = self.spec, self.rng
         Phi1 = s.design(point)
-        W = np.column_stack([point["beta"], point["bias"]])
+        W = (np.column_stack([point["beta"], point["bias"]]) if s.has_bias
+             else np.asarray(point["beta"]))
         F = Phi1 @ W.T
         lam = np.empty_like(F)
         W_new = np.empty_like(W)
@@ -188,7 +195,10 @@ class HingeGibbs(GibbsBlockStep):
             mean, chol = beta_conditional(Phi1, y, lam[:, t], s.C, s.prior_precision)
             W_new[t] = draw_gaussian_from_precision(mean, chol, rng)
         new = dict(point)
-        new["beta"], new["bias"] = W_new[:, :-1], W_new[:, -1]
+        if s.has_bias:
+            new["beta"], new["bias"] = W_new[:, :-1], W_new[:, -1]
+        else:
+            new["beta"] = W_new
         if s.missing:
             blocks = draw_missing_blocks(s.missing, Phi1, W_new, s.targets, lam, s.C, rng)
             for k, value in enumerate(blocks):

@@ -64,12 +64,40 @@ def _labels_to_json(classes: np.ndarray) -> dict[str, Any]:
     return {"kind": kind, "values": values}
 
 
+#: key that marks a model piece (a component or a builder) in a saved description
+PIECE_KEY = "__bayesmv_piece__"
+
+
+def _piece_classes() -> dict[str, type]:
+    import bayesmv.components as components
+    from bayesmv.builder import ModelBuilder
+
+    out = {name: getattr(components, name) for name in components.__all__}
+    out["ModelBuilder"] = ModelBuilder
+    return out
+
+
 def _json_default(value: Any) -> Any:
-    """numpy scalars and arrays in parameters (e.g. from a GridSearchCV grid) as JSON."""
+    """numpy scalars and arrays in parameters (e.g. from a GridSearchCV grid) as JSON; model
+    pieces (components, builders) as their class name and parameters."""
     if isinstance(value, np.generic | np.ndarray):
         return value.tolist()
+    name = type(value).__name__
+    if hasattr(value, "get_params") and _piece_classes().get(name) is type(value):
+        return {PIECE_KEY: name, "params": value.get_params(deep=False)}
     raise TypeError(f"parameter value {value!r} of type {type(value).__name__} cannot be "
                     "saved as JSON")
+
+
+def _decode_piece(d: dict[str, Any]) -> Any:
+    """``json.loads`` hook: rebuild the pieces :func:`_json_default` wrote (by name from the
+    public components only: loading runs no other code)."""
+    if PIECE_KEY not in d:
+        return d
+    cls = _piece_classes().get(d[PIECE_KEY])
+    if cls is None:
+        raise ValueError(f"unknown model piece {d[PIECE_KEY]!r}")
+    return cls(**d["params"])
 
 
 def _labels_from_json(d: dict[str, Any]) -> np.ndarray:
@@ -77,7 +105,7 @@ def _labels_from_json(d: dict[str, Any]) -> np.ndarray:
     return np.asarray(d["values"], dtype=dtype)
 
 
-class MultiViewClassifier(ClassifierMixin, BaseEstimator):
+class BaseMultiViewClassifier(ClassifierMixin, BaseEstimator):
     """Base class: input validation, standardisation, labels, save/load."""
 
     # ------------------------------------------------------ scikit-learn tags
@@ -287,7 +315,7 @@ class MultiViewClassifier(ClassifierMixin, BaseEstimator):
         return path
 
     @classmethod
-    def load(cls, path: str | Path) -> MultiViewClassifier:
+    def load(cls, path: str | Path) -> BaseMultiViewClassifier:
         """Load a model written by :meth:`save`; it predicts exactly as before saving."""
         return load(path, expected=cls)
 
@@ -428,7 +456,7 @@ def _digest(idata: az.InferenceData, description: str) -> str:
     return h.hexdigest()
 
 
-def load(path: str | Path, expected: type | None = None) -> MultiViewClassifier:
+def load(path: str | Path, expected: type | None = None) -> BaseMultiViewClassifier:
     """Load any fitted bayesmv estimator saved with ``save``.
 
     Only netCDF arrays and JSON are read (no pickle: loading cannot run code).  A file that
@@ -457,7 +485,7 @@ def load(path: str | Path, expected: type | None = None) -> MultiViewClassifier:
                          "damaged)")
     attrs.pop(VERSION_ATTR, None)
     try:
-        description = json.loads(text)
+        description = json.loads(text, object_hook=_decode_piece)
         cls = _REGISTRY[description["estimator"]]
     except (json.JSONDecodeError, KeyError, TypeError) as exc:
         raise ValueError(f"{path}: the model description is not valid ({exc!r})") from exc

@@ -28,7 +28,7 @@ from bayesmv.components.likelihoods import (
 from bayesmv.data import ViewStandardizer, label_tasks
 from bayesmv.diagnostics.convergence import check_convergence, warn_if_not_converged
 from bayesmv.inference.sample import check_nuts_sampler, run_sampler
-from bayesmv.models.base import MultiViewClassifier, register, thinned_draws
+from bayesmv.models.base import BaseMultiViewClassifier, register, thinned_draws
 from bayesmv.params import check_positive
 
 _POSITIVE = ("C", "eta", "alpha", "kappa0", "a_r", "b_r", "a_tau", "b_tau", "v", "bandwidth",
@@ -43,7 +43,7 @@ _N_COMPONENTS_CHECKS = ("check_dont_overwrite_parameters", "check_fit2d_predict1
 
 
 @register
-class M3LAK(MultiViewClassifier):
+class M3LAK(BaseMultiViewClassifier):
     """Adaptive-kernel nonlinear max-margin multi-view classifier with a full posterior.
 
     A shared latent ``h`` explains all views (a multi-view factor model); random Fourier

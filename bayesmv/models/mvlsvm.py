@@ -26,7 +26,7 @@ from bayesmv.components.likelihoods import (
 from bayesmv.data import MultiViewData, ViewStandardizer, label_tasks
 from bayesmv.diagnostics.convergence import check_convergence, warn_if_not_converged
 from bayesmv.inference.svm import fit_svm_map, run_hinge_gibbs
-from bayesmv.models.base import MultiViewClassifier, register
+from bayesmv.models.base import BaseMultiViewClassifier, register
 from bayesmv.params import check_positive
 
 _POSITIVE_INT = ("draws", "chains")
@@ -43,7 +43,7 @@ C_GRID = (10.0, 100.0, 1000.0, 10000.0)
 
 
 @register
-class MVLSVM(MultiViewClassifier):
+class MVLSVM(BaseMultiViewClassifier):
     """Multi-view landmark-based SVM with a Bayesian reading and missing-view imputation.
 
     Each view of a sample is compared with ``L`` landmarks (training rows with every view)

@@ -48,6 +48,7 @@ from bayesmv.data import (
     label_tasks,
 )
 from bayesmv.diagnostics.convergence import check_convergence, warn_if_not_converged
+from bayesmv.inference.engines import draws_to_idata, point_function
 from bayesmv.inference.optimize import (
     FlatLogp,
     L1Penalty,
@@ -56,7 +57,7 @@ from bayesmv.inference.optimize import (
     pareto_khat,
 )
 from bayesmv.inference.sample import check_nuts_sampler, run_sampler
-from bayesmv.models.base import MultiViewClassifier, register, thinned_draws
+from bayesmv.models.base import BaseMultiViewClassifier, register, thinned_draws
 from bayesmv.params import check_positive, check_random_seed
 
 _LOSSES = ("logistic", "hinge", "squared")
@@ -221,28 +222,6 @@ class _MVMCore:
                     dirs.append(d)
         return np.column_stack(dirs) if dirs else None
 
-    def _point_function(self, built: BuiltModel):
-        """Compiled map from value-space parameters to the named variables (and ``f``)."""
-        model = built.model
-        outs = [o for o in model.unobserved_value_vars if not is_transformed_name(o.name)]
-        fn = model.compile_fn(outs, inputs=model.value_vars, point_fn=False)
-        names = [o.name for o in outs]
-        order = [v.name for v in model.value_vars]
-
-        def evaluate(point: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-            return dict(zip(names, fn(*[point[n] for n in order]), strict=True))
-
-        return evaluate
-
-    def _to_idata(self, built: BuiltModel, draws: list[dict[str, np.ndarray]]
-                  ) -> az.InferenceData:
-        model = built.model
-        names = list(draws[0])
-        posterior = {n: np.stack([d[n] for d in draws])[None] for n in names}
-        dims = {n: list(model.named_vars_to_dims.get(n, ())) for n in names}
-        coords = {k: np.asarray(v) for k, v in model.coords.items()}
-        return az.from_dict(posterior=posterior, dims=dims, coords=coords)
-
     def _run_inference(self, built: BuiltModel) -> tuple[az.InferenceData, dict[str, Any],
                                                            dict[str, np.ndarray]]:
         """Fit the graph; return (idata, info for attrs, point estimate of named variables)."""
@@ -281,12 +260,12 @@ class _MVMCore:
         info.update(optimizer_iterations=res.n_iter, optimizer_evaluations=res.n_evals,
                     optimizer_message=res.message, optimizer_success=int(res.success),
                     map_logp=res.logp, map_jacobian=int(flat.jacobian))
-        to_named = self._point_function(built)
+        to_named = point_function(built)
         mode = to_named(res.point)
         best = {n: v for n, v in mode.items() if n != "f"}
         info["point_estimate"] = "mode"
         if self.inference == "map":
-            return self._to_idata(built, [mode]), info, best
+            return draws_to_idata(built, [mode]), info, best
         curvature = self.laplace_curvature
         if curvature == "auto":
             curvature = "full" if flat.size <= _FULL_MAX else "diagonal"
@@ -310,7 +289,7 @@ class _MVMCore:
             built.context.state["linear_views"])
         for d, f in zip(draws, f_lin, strict=True):
             d["f"] = f
-        idata = self._to_idata(built, draws)
+        idata = draws_to_idata(built, draws)
         khat = pareto_khat([flat(x)[0] for x in X], log_q)
         info.update(laplace_curvature=lap.curvature, laplace_flat_directions=lap.n_clipped,
                     laplace_khat=khat)
@@ -450,7 +429,7 @@ class _MVMCore:
 
 
 @register
-class MVM(_MVMCore, MultiViewClassifier):
+class MVM(_MVMCore, BaseMultiViewClassifier):
     """Multi-view machine: full-order view interactions with jointly CP-factorised weights.
 
     ``ŷ(x) = Σ_{f=1}^k Π_{v=1}^V (z_vᵀ a^{(v)}_{:,f})`` with ``z_v = [x_v; 1]``: every interaction
@@ -926,7 +905,7 @@ class MVMRegressor(_MVMCore, RegressorMixin, BaseEstimator):
         report = self._convergence_report(idata) if self.inference == "nuts" else None
         layout = built.context.data.layout
         factors = self._factors_from_idata(idata, layout.n_views)
-        # in one step (see MultiViewClassifier._commit): a failure leaves a previous fit intact
+        # in one step (see BaseMultiViewClassifier._commit): a failure leaves a previous fit intact
         vars(self).update(layout_=layout, standardizer_=built.standardizer,
                           y_mean_=built.y_mean, y_scale_=built.y_scale, idata_=idata,
                           n_features_in_=int(sum(layout.view_sizes)), factors_=factors,
@@ -959,7 +938,7 @@ class MVMRegressor(_MVMCore, RegressorMixin, BaseEstimator):
         # the format records class labels; a regressor has none (an empty list)
         self.classes_ = np.array([], dtype=float)
         try:
-            return MultiViewClassifier.save(self, path,
+            return BaseMultiViewClassifier.save(self, path,
                                             include_training_data=include_training_data,
                                             max_draws=max_draws)
         finally:
@@ -975,7 +954,7 @@ class MVMRegressor(_MVMCore, RegressorMixin, BaseEstimator):
         return {"y_mean": self.y_mean_, "y_scale": self.y_scale_}
 
     # as MVM: prediction reads the posterior and ``fit``; constant_data is training data
-    _prediction_constants = MultiViewClassifier._prediction_constants
+    _prediction_constants = BaseMultiViewClassifier._prediction_constants
 
     def _set_extra_state(self, state: dict[str, Any]) -> None:
         if hasattr(self, "classes_"):

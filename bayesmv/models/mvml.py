@@ -33,7 +33,7 @@ from bayesmv.inference.evidence import (
     platt_targets,
 )
 from bayesmv.inference.metric import MetricProblem, block_norms, fit_metric
-from bayesmv.models.base import MultiViewClassifier, register
+from bayesmv.models.base import BaseMultiViewClassifier, register
 from bayesmv.params import check_random_seed
 
 __all__ = ["MVML"]
@@ -94,7 +94,7 @@ def _threadpools() -> ThreadpoolController:
 
 
 @register
-class MVML(MultiViewClassifier):
+class MVML(BaseMultiViewClassifier):
     """Multi-view metric learning (MVML) with Nyström features, fitted by MAP, predicting with
     the exact Gaussian posterior of the weights.
 

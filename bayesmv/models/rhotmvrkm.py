@@ -46,7 +46,7 @@ from bayesmv.inference.evidence import (
     own_kernel_rule,
     platt_targets,
 )
-from bayesmv.models.base import MultiViewClassifier, register
+from bayesmv.models.base import BaseMultiViewClassifier, register
 from bayesmv.params import check_positive
 
 
@@ -105,7 +105,7 @@ def class_log_probabilities(F: np.ndarray, var: np.ndarray | None, slope: float,
 
 
 @register
-class RhoTMVRKM(MultiViewClassifier):
+class RhoTMVRKM(BaseMultiViewClassifier):
     """ϱ-tensor multi-view restricted kernel machine (Houthuys & Suykens), exact and Bayesian.
 
     Parameters
@@ -486,7 +486,8 @@ class RhoTMVRKM(MultiViewClassifier):
         rho, lam, tau = fitted["rho"], fitted["lam"], fitted["tau"]
         rff = ViewRandomFeatures(self.n_features, fitted["kernels"], fitted["gammas"],
                                  random_state=self.random_seed)
-        per_view, joint = rff.blocks(views)
+        base = rff.draw_base([X.shape[1] for X in views])
+        per_view, joint = rff.blocks(views, base)
         Psi = feature_design(per_view, joint, rho, self.eta)
         noise = lam / tau**2
         post = FeaturePosterior.fit(Psi, Y, noise)
@@ -510,7 +511,7 @@ class RhoTMVRKM(MultiViewClassifier):
             fitted["loo"] = self._loo({"F": F, "W": W, "P_diag": P_diag, "GP_diag": GP_diag,
                                        "u": u, "ones_precision": L_bb**2}, noise, tau)
         group = {"coef": (("weight1", "task"), post.coef), "bias": ("task", post.bias)}
-        for v, (B, E) in enumerate(zip(per_view, rff.base, strict=True)):
+        for v, (B, E) in enumerate(zip(per_view, base, strict=True)):
             group[f"u_{v}"] = ((f"block_{v}", "task"), B.T @ alpha)
             group[f"rff_base_{v}"] = (("frequency", f"feature_{v}"), E)
         group["u_product"] = (("block_product", "task"), joint.T @ alpha)

@@ -1,0 +1,326 @@
+"""Generic inference engines: each fits any built model that meets its condition.
+
+An engine takes a :class:`~bayesmv.builder.BuiltModel` and returns an ``InferenceData``
+whose ``posterior`` holds draws (one draw for a point estimate) of every free variable and of
+the decision values ``f``, plus the attributes that describe the fit.  Which engines apply
+is decided from the pieces and the graph alone (:func:`why_not`), never from a preset's name:
+
+========== ============================================================================
+exact      the posterior is Gaussian (Gaussian likelihood with fixed noise, Gaussian weights
+           linear in fixed features): its mode is one Newton step from anywhere and its
+           covariance the inverse negative Hessian, so draws are exact
+map        L-BFGS-B on the graph's log density from dispersed starts (a registered fast
+           solver when one serves the pieces: the SVM solver for a hinge on fixed features)
+laplace    a Gaussian at that mode, exact or diagonal curvature (not for the hinge, whose
+           curvature is zero almost everywhere)
+nuts       NUTS through PyMC (or nutpie / NumPyro / BlackJAX) on the collapsed graph
+gibbs      the augmented hinge Gibbs sampler (Polson & Scott 2011) for a hinge on fixed
+           features combined by a sum with a fixed Gaussian prior
+hybrid     M³LAK's Gibbs + HMC scheme: shared latent → random Fourier features → sum → hinge
+========== ============================================================================
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import arviz as az
+import numpy as np
+from pymc.util import is_transformed_name
+from sklearn.exceptions import ConvergenceWarning
+from threadpoolctl import threadpool_limits
+
+from bayesmv.builder import BuiltModel
+from bayesmv.components.base import FIXED, Identity
+from bayesmv.components.combine import SumCombiner
+from bayesmv.components.features import RandomFourierFeatures
+from bayesmv.components.latent import SharedLatent
+from bayesmv.components.likelihoods import GaussianLikelihood, HingeLikelihood
+from bayesmv.inference.optimize import (
+    FlatLogp,
+    find_map,
+    full_hessian,
+    laplace_approximation,
+    pareto_khat,
+)
+
+INFERENCES = ("auto", "exact", "map", "laplace", "nuts", "gibbs", "hybrid")
+#: the order in which ``"auto"`` tries them: exact draws, then exact samplers, then NUTS
+AUTO_ORDER = ("exact", "gibbs", "hybrid", "nuts")
+#: a full Hessian (Laplace, exact) is formed up to this many parameters
+FULL_HESSIAN_MAX = 3000
+
+
+@dataclass
+class EngineSettings:
+    """What the engines read from the estimator (one place, so every engine sees the same)."""
+
+    draws: int = 1000
+    tune: int = 1000
+    chains: int = 4
+    cores: int | None = 1
+    random_seed: int | None = None
+    n_init: int = 3
+    max_iter: int = 2000
+    tol: float = 1e-9
+    target_accept: float = 0.9
+    nuts_sampler: str = "pymc"
+    progressbar: bool = False
+
+
+# ------------------------------------------------------------------ conditions
+def _free_names(built: BuiltModel) -> set[str]:
+    return {rv.name for rv in built.model.free_RVs}
+
+
+def _fixed_features_sum(built: BuiltModel) -> str | None:
+    """Why ``f`` is not ``Φβᵀ (+ b)`` with Φ fixed data and β ~ N(0, v⁻¹I), v fixed."""
+    b = built.builder
+    rep, fmap, comb = b.pieces[:3]
+    if not isinstance(rep, Identity):
+        return f"its representation {type(rep).__name__} is random"
+    if FIXED not in fmap.provides:
+        return f"{type(fmap).__name__}'s features are random"
+    if not isinstance(comb, SumCombiner) or comb.precision_prior is not None:
+        return "it needs a SumCombiner with a fixed prior precision"
+    extra = _free_names(built) - {"beta", "bias", "sigma", "log_noise_variance"}
+    extra = {n for n in extra if not n.startswith("mu_missing_")}
+    if extra:
+        return f"the graph has other random variables ({sorted(extra)})"
+    return None
+
+
+def why_not(built: BuiltModel, inference: str) -> str | None:
+    """``None`` when ``inference`` applies to ``built``, else a sentence saying why not."""
+    b = built.builder
+    rep, fmap, comb, lik = b.pieces
+    names = " + ".join(type(p).__name__ for p in b.pieces)
+    if "f" not in built.model.named_vars:
+        return (f"{names} has no explicit decision values f (a Gaussian-process combiner): "
+                "its posterior and predictions are the closed form of RhoTMVRKM")
+    if inference == "exact":
+        if not isinstance(lik, GaussianLikelihood) or lik.sigma is None:
+            return f"exact needs a GaussianLikelihood with fixed sigma ({names})"
+        reason = _fixed_features_sum(built)
+        if reason is not None or _free_names(built) - {"beta", "bias"}:
+            return f"exact needs Gaussian weights on fixed features ({names}: " \
+                   f"{reason or 'other random variables'})"
+        return None
+    if inference in ("map", "nuts"):
+        return None
+    if inference == "laplace":
+        if isinstance(lik, HingeLikelihood):
+            return ("laplace needs a smooth likelihood: the hinge pseudo-likelihood has zero "
+                    "curvature almost everywhere; use map, gibbs or nuts")
+        return None
+    if inference == "gibbs":
+        if not isinstance(lik, HingeLikelihood):
+            return f"gibbs augments the hinge pseudo-likelihood; {names} has " \
+                   f"{type(lik).__name__}"
+        reason = _fixed_features_sum(built)
+        return None if reason is None else f"gibbs needs fixed features ({names}: {reason})"
+    if inference == "hybrid":
+        ok = (isinstance(rep, SharedLatent) and isinstance(fmap, RandomFourierFeatures)
+              and isinstance(comb, SumCombiner) and isinstance(lik, HingeLikelihood))
+        return None if ok else ("hybrid is M³LAK's scheme: SharedLatent + "
+                                "RandomFourierFeatures + SumCombiner + HingeLikelihood, "
+                                f"not {names}")
+    raise ValueError(f"inference must be one of {INFERENCES}, got {inference!r}")
+
+
+def resolve(built: BuiltModel, inference: str) -> str:
+    """The engine to run: ``inference`` itself (checked), or the first valid one for auto."""
+    if inference == "auto":
+        return next(name for name in AUTO_ORDER if why_not(built, name) is None)
+    reason = why_not(built, inference)
+    if reason is not None:
+        raise ValueError(f"inference={inference!r} does not apply: {reason}")
+    return inference
+
+
+# ------------------------------------------------------------------ packaging
+def point_function(built: BuiltModel) -> Callable[[dict], dict]:
+    """Compiled map from a point of value variables to every named variable (and ``f``)."""
+    model = built.model
+    outs = [o for o in model.unobserved_value_vars if not is_transformed_name(o.name)]
+    fn = model.compile_fn(outs, inputs=model.value_vars, point_fn=False)
+    names = [o.name for o in outs]
+    order = [v.name for v in model.value_vars]
+
+    def evaluate(point: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return dict(zip(names, fn(*[point[n] for n in order]), strict=True))
+
+    return evaluate
+
+
+def draws_to_idata(built: BuiltModel, draws: list[dict[str, np.ndarray]]) -> az.InferenceData:
+    """One chain of named draws as an ``InferenceData`` with the model's dims and coords."""
+    model = built.model
+    names = list(draws[0])
+    posterior = {n: np.stack([d[n] for d in draws])[None] for n in names}
+    dims = {n: list(model.named_vars_to_dims.get(n, ())) for n in names}
+    coords = {k: np.asarray(v) for k, v in model.coords.items() if v is not None}
+    return az.from_dict(posterior=posterior, dims=dims, coords=coords)
+
+
+def add_point_estimate(built: BuiltModel, idata: az.InferenceData,
+                       point: dict[str, np.ndarray], kind: str) -> az.InferenceData:
+    """Store a point estimate (named variables) as the ``fit`` group, with the model's dims;
+    ``attrs["point_estimate"]`` says which (``"mode"``, ``"posterior mean"``...)."""
+    import xarray as xr
+
+    model = built.model
+    data = {n: (tuple(model.named_vars_to_dims.get(n, ())) or
+                tuple(f"{n}_dim_{i}" for i in range(np.ndim(v))), np.asarray(v))
+            for n, v in point.items()}
+    fit = xr.Dataset(data)
+    coords = {k: np.asarray(v) for k, v in model.coords.items()
+              if v is not None and k in fit.dims}
+    fit = fit.assign_coords(coords)
+    fit.attrs["point_estimate"] = kind
+    idata.add_groups(fit=fit)
+    return idata
+
+
+def _starts(built: BuiltModel, settings: EngineSettings, n: int) -> list[dict]:
+    seeds = np.random.SeedSequence(settings.random_seed).spawn(n)
+    with threadpool_limits(limits=1, user_api="blas"):
+        return [built.initial_values(np.random.default_rng(s)) for s in seeds]
+
+
+# ------------------------------------------------------------------ engines
+def _svm_map(built: BuiltModel, settings: EngineSettings) -> dict[str, np.ndarray] | None:
+    """Registered fast MAP: a hinge on fixed features with a flat bias is a soft-margin SVM
+    (``min ½||θ||² + (2C/v) Σ hinge``), solved exactly by libsvm."""
+    from bayesmv.inference.svm import fit_svm_map
+
+    b = built.builder
+    comb, lik = b.combiner, b.likelihood
+    if (not isinstance(lik, HingeLikelihood) or _fixed_features_sum(built) is not None
+            or not comb.flat_bias or any(n.startswith("mu_missing_")
+                                         for n in _free_names(built))):
+        return None
+    Phi = fixed_design(built)
+    v = float(comb.prior_precision)
+    # with θ' = √v θ the objective ½v||θ||² + 2C Σ hinge(Φθ + b) is an SVM on Φ/√v, cost 2C
+    theta, bias, _ = fit_svm_map(Phi / np.sqrt(v), built.context.targets, 2.0 * float(lik.C))
+    return {"beta": theta / np.sqrt(v), "bias": bias}
+
+
+MAP_STRATEGIES: list[Callable[[BuiltModel, EngineSettings], dict | None]] = [_svm_map]
+
+
+def fixed_design(built: BuiltModel) -> np.ndarray:
+    """The fixed features Φ = [φ_1, …, φ_V] as one dense array (n, Σ d_v)."""
+    arrays = built.context.state["view_feature_arrays"]
+    return np.concatenate([X.toarray() if hasattr(X, "toarray") else np.asarray(X)
+                           for X in arrays], axis=1)
+
+
+def fit_map(built: BuiltModel, settings: EngineSettings, *, jacobian: bool = False
+            ) -> tuple[az.InferenceData, dict[str, Any], FlatLogp, Any]:
+    """The posterior mode: a registered strategy's, else the best of ``n_init`` L-BFGS-B runs."""
+    to_named = point_function(built)
+    flat = FlatLogp(built.model, jacobian=jacobian)
+    for strategy in MAP_STRATEGIES:
+        point = strategy(built, settings)
+        if point is not None:
+            x = flat.from_point({**_starts(built, settings, 1)[0], **point})
+            info = {"inference": "map", "solver": strategy.__name__.strip("_"),
+                    "map_logp": float(flat(x)[0])}
+            mode = to_named(flat.to_point(x))
+            idata = add_point_estimate(built, draws_to_idata(built, [mode]), mode, "mode")
+            return idata, info, flat, x
+    best, logps = None, []
+    for start in _starts(built, settings, settings.n_init):
+        with threadpool_limits(limits=1, user_api="blas"):
+            trial = find_map(flat, flat.from_point(start), max_iter=settings.max_iter,
+                             tol=settings.tol)
+        logps.append(trial.logp)
+        if best is None or trial.logp > best.logp:
+            best = trial
+    if best.hit_max_iter:
+        warnings.warn(f"L-BFGS-B stopped at max_iter={settings.max_iter} before converging "
+                      f"({best.message}); increase max_iter or loosen tol.",
+                      ConvergenceWarning, stacklevel=3)
+    info = {"inference": "map", "solver": "lbfgs", "restart_logps": np.asarray(logps),
+            "optimizer_iterations": best.n_iter, "optimizer_message": best.message,
+            "optimizer_success": int(best.success), "map_logp": best.logp}
+    mode = to_named(best.point)
+    idata = add_point_estimate(built, draws_to_idata(built, [mode]), mode, "mode")
+    return idata, info, flat, best.x
+
+
+def _gaussian_draws(built: BuiltModel, flat: FlatLogp, mode: np.ndarray,
+                    settings: EngineSettings, info: dict[str, Any]) -> az.InferenceData:
+    if flat.size > FULL_HESSIAN_MAX:
+        raise ValueError(f"{flat.size} parameters: a full Hessian is formed up to "
+                         f"{FULL_HESSIAN_MAX}; use inference='map' or 'nuts'")
+    with threadpool_limits(limits=1, user_api="blas"):
+        lap = laplace_approximation(flat, mode, curvature="full")
+    rng = np.random.default_rng(np.random.SeedSequence(settings.random_seed).spawn(2)[1])
+    X, log_q = lap.sample(settings.draws, rng)
+    to_named = point_function(built)
+    info.update(laplace_khat=pareto_khat([flat(x)[0] for x in X], log_q),
+                laplace_flat_directions=lap.n_clipped)
+    idata = draws_to_idata(built, [to_named(flat.to_point(x)) for x in X])
+    return add_point_estimate(built, idata, to_named(flat.to_point(mode)), "mode")
+
+
+def fit_laplace(built: BuiltModel, settings: EngineSettings
+                ) -> tuple[az.InferenceData, dict[str, Any]]:
+    """A Gaussian at the mode of the unconstrained log density (full curvature)."""
+    _, info, flat, mode = fit_map(built, settings, jacobian=True)
+    info["inference"] = "laplace"
+    return _gaussian_draws(built, flat, mode, settings, info), info
+
+
+def fit_exact(built: BuiltModel, settings: EngineSettings
+              ) -> tuple[az.InferenceData, dict[str, Any]]:
+    """The exact Gaussian posterior: the log density is quadratic, so one Newton step from
+    any point reaches the mode (also the posterior mean, stored as the ``fit`` group) and the
+    Laplace approximation there is the posterior."""
+    flat = FlatLogp(built.model, jacobian=True)
+    x0 = np.zeros(flat.size)
+    _, grad = flat(x0)
+    with threadpool_limits(limits=1, user_api="blas"):
+        H = full_hessian(flat, x0)
+        mode = x0 - np.linalg.solve(H, grad)
+    info = {"inference": "exact", "map_logp": float(flat(mode)[0])}
+    return _gaussian_draws(built, flat, mode, settings, info), info
+
+
+def fit_sampler(built: BuiltModel, settings: EngineSettings, inference: str
+                ) -> tuple[az.InferenceData, dict[str, Any]]:
+    """MCMC: NUTS, the hybrid scheme or the augmented hinge Gibbs sampler."""
+    trace = sorted(_free_names(built)) + ["f"]
+    common = dict(draws=settings.draws, tune=settings.tune, chains=settings.chains,
+                  cores=settings.cores, random_seed=settings.random_seed, trace_vars=trace,
+                  progressbar=settings.progressbar)
+    if inference == "gibbs":
+        from bayesmv.inference.svm import run_hinge_gibbs
+
+        idata = run_hinge_gibbs(built, **common)
+    else:
+        from bayesmv.inference.sample import run_sampler
+
+        idata = run_sampler(built, sampler="nuts" if inference == "nuts" else "hybrid",
+                            target_accept=settings.target_accept,
+                            nuts_sampler=settings.nuts_sampler, **common)
+    return idata, {"inference": inference}
+
+
+def fit(built: BuiltModel, inference: str, settings: EngineSettings
+        ) -> tuple[az.InferenceData, dict[str, Any]]:
+    """Run the engine ``inference`` (``resolve`` it first) on ``built``."""
+    if inference == "map":
+        idata, info, _, _ = fit_map(built, settings)
+        return idata, info
+    if inference == "laplace":
+        return fit_laplace(built, settings)
+    if inference == "exact":
+        return fit_exact(built, settings)
+    return fit_sampler(built, settings, inference)

@@ -1,0 +1,293 @@
+"""``MultiViewClassifier``: fit any composition of the builder's pieces.
+
+The estimator is thin: it validates and standardises the views, builds the graph with the
+user's :class:`~bayesmv.ModelBuilder`, hands it to a generic engine from
+:mod:`bayesmv.inference.engines` (``inference=``), and predicts by evaluating the graph's own
+``f`` on the new rows at the posterior draws (:class:`~bayesmv.inference.predict.GraphPredictor`),
+so no piece of the model is written a second time for prediction.
+"""
+
+from __future__ import annotations
+
+import numbers
+import time
+from typing import Any
+
+import numpy as np
+import pymc as pm
+import xarray as xr
+from scipy.special import log_expit
+
+from bayesmv.builder import BuiltModel, ModelBuilder
+from bayesmv.components import LinearFeatures, LogisticLikelihood, SumCombiner
+from bayesmv.components.likelihoods import (
+    GaussianLikelihood,
+    HingeLikelihood,
+    class_probabilities,
+    log_hinge_probability,
+)
+from bayesmv.data import MultiViewData, ViewStandardizer, label_tasks
+from bayesmv.inference import engines
+from bayesmv.inference.predict import GraphPredictor
+from bayesmv.models.base import BaseMultiViewClassifier, register, thinned_draws
+from bayesmv.params import check_positive
+
+_NUTS_SAMPLERS = ("pymc", "nutpie", "numpyro", "blackjax")
+
+
+def default_builder() -> ModelBuilder:
+    """Bayesian logistic regression on the concatenated views: linear features, one
+    ``N(0, 1)`` weight vector, a flat bias and the logistic likelihood."""
+    return ModelBuilder(None, LinearFeatures(), SumCombiner(prior_precision=1.0, flat_bias=True),
+                        LogisticLikelihood())
+
+
+@register
+class MultiViewClassifier(BaseMultiViewClassifier):
+    """A multi-view classifier made of any composition of the builder's pieces.
+
+    Parameters
+    ----------
+    builder : ModelBuilder or None
+        The model: representation → feature map → combiner → likelihood.  None is Bayesian
+        logistic regression on the concatenated views (:func:`default_builder`).
+    inference : {"auto", "exact", "map", "laplace", "nuts", "gibbs", "hybrid"}, default "auto"
+        The engine (see :mod:`bayesmv.inference.engines`).  ``"auto"`` takes the first that
+        applies of exact, gibbs, hybrid and nuts; the one used is ``inference_`` and
+        ``idata_.posterior.attrs["inference"]``.
+    draws, tune, chains : int
+        Posterior draws per chain, tuning iterations and chains (samplers); ``draws`` is also
+        the number of draws of the exact and Laplace posteriors.
+    cores : int or None, default 1
+        Processes for the chains.
+    random_seed : int or None
+        Seeds everything random in ``fit``: starts, chains, and every piece's ``random_state``
+        that is None (landmarks, subsets, random bases).
+    view_sizes : sequence of int or None
+        Column widths of the views when ``X`` is one concatenated array (one may be -1).
+    standardize : bool, default True
+        Standardise each view's columns with the training rows' mean and sd first.
+    n_init : int, default 3
+        L-BFGS-B starts of the MAP (the best mode is kept).
+    max_iter : int, default 2000
+        L-BFGS-B iterations per start.
+    tol : float, default 1e-9
+        L-BFGS-B relative objective tolerance.
+    target_accept : float, default 0.9
+        NUTS / HMC target acceptance.
+    nuts_sampler : {"pymc", "nutpie", "numpyro", "blackjax"}, default "pymc"
+    max_predict_draws : int, default 200
+        Evenly spaced posterior draws averaged by ``predict_proba``.
+
+    Attributes
+    ----------
+    idata_ : arviz.InferenceData
+        Posterior (``f`` at the training rows and every free variable), sampler statistics.
+    model_ : pymc.Model
+        The fitted graph, for PyMC's own tools (``pm.model_to_graphviz(est.model_)``).
+    builder_ : ModelBuilder
+        The builder as fitted (pieces' unset ``random_state`` filled from ``random_seed``).
+    inference_ : str
+        The engine that ran.
+    classes_ : ndarray
+
+    Examples
+    --------
+    >>> from bayesmv import ModelBuilder, MultiViewClassifier
+    >>> from bayesmv.components import (LandmarkFeatures, CPInteractionCombiner,
+    ...                                 LogisticLikelihood)
+    >>> builder = ModelBuilder(None, LandmarkFeatures(20), CPInteractionCombiner(rank=2),
+    ...                        LogisticLikelihood())
+    >>> clf = MultiViewClassifier(builder, inference="map", random_seed=0)
+    """
+
+    def __init__(self, builder: ModelBuilder | None = None, *, inference: str = "auto",
+                 draws: int = 1000, tune: int = 1000, chains: int = 4, cores: int | None = 1,
+                 random_seed: int | None = None, view_sizes=None, standardize: bool = True,
+                 n_init: int = 3, max_iter: int = 2000, tol: float = 1e-9,
+                 target_accept: float = 0.9,
+                 nuts_sampler: str = "pymc", max_predict_draws: int = 200) -> None:
+        self.builder = builder
+        self.inference = inference
+        self.draws = draws
+        self.tune = tune
+        self.chains = chains
+        self.cores = cores
+        self.random_seed = random_seed
+        self.view_sizes = view_sizes
+        self.standardize = standardize
+        self.n_init = n_init
+        self.max_iter = max_iter
+        self.tol = tol
+        self.target_accept = target_accept
+        self.nuts_sampler = nuts_sampler
+        self.max_predict_draws = max_predict_draws
+
+    # ------------------------------------------------------------------ checks
+    def _check_params(self) -> None:
+        if self.builder is not None and not isinstance(self.builder, ModelBuilder):
+            raise ValueError(f"builder must be a bayesmv.ModelBuilder or None, got "
+                             f"{self.builder!r}")
+        if self.inference not in engines.INFERENCES:
+            raise ValueError(f"inference must be one of {engines.INFERENCES}, got "
+                             f"{self.inference!r}")
+        for name in ("draws", "chains", "n_init", "max_iter", "max_predict_draws"):
+            check_positive(name, getattr(self, name), integer=True)
+        if not isinstance(self.tune, numbers.Integral) or self.tune < 0:
+            raise ValueError(f"tune must be a non-negative integer, got {self.tune!r}")
+        check_positive("tol", self.tol)
+        if not 0 < float(self.target_accept) < 1:
+            raise ValueError(f"target_accept must lie in (0, 1), got {self.target_accept!r}")
+        if self.nuts_sampler not in _NUTS_SAMPLERS:
+            raise ValueError(f"nuts_sampler must be one of {_NUTS_SAMPLERS}, got "
+                             f"{self.nuts_sampler!r}")
+
+    def _seeded_builder(self) -> ModelBuilder:
+        """A copy of the builder whose pieces' unset ``random_state`` come from
+        ``random_seed`` (so a fit, and a reload, rebuild the same landmarks and bases)."""
+        from sklearn.base import clone
+
+        builder = clone(self.builder if self.builder is not None else default_builder())
+        params = builder.get_params(deep=True)
+        keys = sorted(k for k, v in params.items() if k.endswith("random_state") and v is None)
+        seeds = np.random.SeedSequence(self.random_seed).generate_state(len(keys) + 1)[1:]
+        builder.set_params(**{k: int(s) for k, s in zip(keys, seeds, strict=True)})
+        return builder
+
+    # ------------------------------------------------------------------ fit
+    def fit(self, X, y) -> MultiViewClassifier:
+        """Build the model on (X, y) and run the inference engine."""
+        self._check_params()
+        data, classes, y_index = self._validate_training_data(X, y)
+        standardizer = ViewStandardizer().fit(data) if self.standardize else None
+        train = standardizer.transform(data) if standardizer is not None else data
+        targets = label_tasks(y_index, len(classes))
+        builder = self._seeded_builder()
+        start = time.perf_counter()
+        built = builder.build(train, targets)
+        inference = engines.resolve(built, self.inference)
+        settings = engines.EngineSettings(
+            draws=int(self.draws), tune=int(self.tune), chains=int(self.chains),
+            cores=self.cores, random_seed=self.random_seed, n_init=int(self.n_init),
+            max_iter=int(self.max_iter), tol=float(self.tol),
+            target_accept=float(self.target_accept), nuts_sampler=self.nuts_sampler)
+        idata, info = engines.fit(built, inference, settings)
+        elapsed = time.perf_counter() - start
+        info.update(fit_seconds=elapsed, requested_inference=self.inference,
+                    model=" + ".join(type(p).__name__ for p in builder.pieces))
+        for key, value in info.items():
+            idata.posterior.attrs[key] = value
+        training = {f"train_view_{v}": (("train_row", f"train_view_{v}_column"),
+                                         np.asarray(X_v.toarray() if hasattr(X_v, "toarray")
+                                                    else X_v))
+                    for v, X_v in enumerate(train.views)}
+        training["train_observed"] = (("train_row", "view"), train.observed.astype(np.int8))
+        training["train_targets"] = (("train_row", "task"), targets)
+        constants = xr.Dataset(training)
+        if "constant_data" in idata.groups():
+            idata.constant_data = xr.merge([idata.constant_data, constants],
+                                           compat="override")
+        else:
+            idata.add_groups(constant_data=constants)
+        self._commit(idata_=idata, classes_=classes, layout_=data.layout,
+                     standardizer_=standardizer, builder_=builder, inference_=inference,
+                     _model=built.model, _fitted_context=built.context.state)
+        return self
+
+    # ------------------------------------------------------------ fitted state
+    def _prediction_constants(self) -> set[str]:
+        # the pieces' fitted state (landmarks, subsets, bases) is rebuilt from these on load
+        return {n for n in self.idata_.constant_data.data_vars
+                if n.startswith("train_")}
+
+    def _extra_state(self) -> dict[str, Any]:
+        return {"builder_": self.builder_, "inference_": self.inference_}
+
+    def _set_extra_state(self, state: dict[str, Any]) -> None:
+        self.builder_ = state["builder_"]
+        self.inference_ = state["inference_"]
+
+    def _training_build(self) -> BuiltModel:
+        const = self.idata_.constant_data
+        names = list(self.layout_.view_names)
+        views = tuple(np.asarray(const[f"train_view_{v}"].values) for v in range(len(names)))
+        train = MultiViewData(views=views, view_names=tuple(names),
+                              observed=np.asarray(const["train_observed"].values, dtype=bool))
+        return self.builder_.build(train, np.asarray(const["train_targets"].values))
+
+    @property
+    def model_(self) -> pm.Model:
+        """The fitted ``pm.Model`` (rebuilt from the stored training rows after ``load``)."""
+        self._check_fitted()
+        if "_model" not in vars(self):
+            built = self._training_build()
+            vars(self).update(_model=built.model, _fitted_context=built.context.state)
+        return vars(self)["_model"]
+
+    def __getstate__(self) -> dict[str, Any]:
+        # the graph (compiled PyTensor objects) is not copied or pickled; it is rebuilt from
+        # the stored training rows when needed
+        state = super().__getstate__()
+        state.pop("_model", None)
+        state.pop("_fitted_context", None)
+        return state
+
+    def _fitted(self) -> dict[str, Any]:
+        if "_fitted_context" not in vars(self):
+            self.model_  # noqa: B018 - rebuilds the training state
+        return vars(self)["_fitted_context"]
+
+    # ------------------------------------------------------------ prediction
+    def _log_positive(self, f: np.ndarray, draws: dict[str, np.ndarray]) -> np.ndarray:
+        """``log p(y_t = +1 | f)`` per draw, from the likelihood normalised over ±1."""
+        lik = self.builder_.likelihood
+        if isinstance(lik, LogisticLikelihood):
+            return log_expit(f)
+        if isinstance(lik, HingeLikelihood):
+            return log_hinge_probability(f, float(lik.C))
+        if isinstance(lik, GaussianLikelihood):
+            if lik.sigma is not None:
+                sigma2 = np.full(f.shape[0], float(lik.sigma) ** 2)
+            elif "sigma" in draws:
+                sigma2 = np.asarray(draws["sigma"], dtype=float) ** 2
+            else:
+                sigma2 = np.exp(np.asarray(draws["log_noise_variance"], dtype=float))
+            return log_expit(2.0 * f / sigma2.reshape(-1, 1, 1))
+        raise TypeError(f"no class probability for {type(lik).__name__}")
+
+    def _draws_at(self, X) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        data = self._prepare(X)
+        T = 1 if len(self.classes_) == 2 else len(self.classes_)
+        predictor = GraphPredictor(self.builder_, self._fitted(), data, T)
+        wanted = list(predictor.names)
+        post = self.idata_.posterior
+        wanted += [n for n in ("sigma", "log_noise_variance") if n in post]
+        draws = thinned_draws(post, wanted, int(self.max_predict_draws))
+        seed = np.random.SeedSequence(self.random_seed).spawn(3)[2]
+        f = predictor({n: draws[n] for n in predictor.names}, np.random.default_rng(seed))
+        return f, draws
+
+    def _decision_draws(self, X) -> np.ndarray:
+        return self._draws_at(X)[0]
+
+    def _class_probability_draws(self, X) -> np.ndarray:
+        f, draws = self._draws_at(X)
+        return class_probabilities(self._log_positive(f, draws))
+
+    def predict_log_proba(self, X) -> np.ndarray:
+        """Log posterior-predictive class probabilities (n_samples, n_classes)."""
+        f, draws = self._draws_at(X)
+        return class_probabilities(self._log_positive(f, draws), axis=0, log=True)
+
+    def predict_proba(self, X) -> np.ndarray:
+        """Posterior-predictive class probabilities: the likelihood's probability averaged
+        over the posterior draws (one draw for a MAP fit)."""
+        return np.exp(self.predict_log_proba(X))
+
+    def decision_function(self, X) -> np.ndarray:
+        """Log-odds of the posterior-predictive probability of ``classes_[1]`` (binary), or the
+        log class probabilities (multi-class): rows rank exactly as ``predict_proba``'s."""
+        logp = self.predict_log_proba(X)
+        if logp.shape[1] == 2:
+            return logp[:, 1] - logp[:, 0]
+        return logp

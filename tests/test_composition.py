@@ -1,0 +1,244 @@
+"""Compositions of the builder's pieces: refused at construction, or fitted and predicted.
+
+The grid is {identity, shared latent} × {linear, random Fourier, Nyström, landmarks, per-view
+exact kernels, per-view random features} × {sum, ϱ-tensor, CP interaction, block metric} ×
+{hinge, logistic, Gaussian}.  Every cell is checked at construction (fast); every buildable
+cell is fitted with every inference engine in the exhaustive run (``-m exhaustive``); the
+cells the package promises are fitted in the default run, and two of them against
+scikit-learn's own solvers (independent references).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pymc as pm
+import pytest
+from sklearn.base import clone
+from sklearn.linear_model import LogisticRegression, Ridge
+
+import bayesmv
+from bayesmv import MVM, ModelBuilder, MultiViewClassifier
+from bayesmv.builder import CompositionError
+from bayesmv.components import (
+    BlockMetricCombiner,
+    CPInteractionCombiner,
+    DPMixtureSpectral,
+    GaussianLikelihood,
+    GaussianSpectral,
+    HingeLikelihood,
+    LandmarkFeatures,
+    LinearFeatures,
+    LogisticLikelihood,
+    NystromFeatures,
+    RandomFourierFeatures,
+    RhoTensorCombiner,
+    SharedLatent,
+    SumCombiner,
+    ViewKernels,
+    ViewRandomFeatures,
+)
+from bayesmv.datasets import load_multiple_features
+from bayesmv.inference.engines import INFERENCES
+
+V = 3  # views in the small problem
+
+REPRESENTATIONS = {"identity": lambda: None, "shared latent": lambda: SharedLatent(2, 1)}
+FEATURE_MAPS = {
+    "linear": LinearFeatures,
+    "random Fourier": lambda: RandomFourierFeatures(4, GaussianSpectral()),
+    "Nystrom": lambda: NystromFeatures(8),
+    "landmarks": lambda: LandmarkFeatures(6),
+    "view kernels": lambda: ViewKernels(["rbf"] * V, [0.1] * V),
+    "view random features": lambda: ViewRandomFeatures(4, ["rbf"] * V, [0.1] * V),
+}
+COMBINERS = {
+    "sum": lambda: SumCombiner(1.0, flat_bias=True),
+    "rho-tensor": lambda: RhoTensorCombiner(0.5),
+    "CP": lambda: CPInteractionCombiner(rank=2),
+    "block metric": lambda: BlockMetricCombiner(learn_A="identity"),
+}
+LIKELIHOODS = {"hinge": HingeLikelihood, "logistic": LogisticLikelihood,
+               "Gaussian": lambda: GaussianLikelihood(1.0)}
+CELLS = list(itertools.product(REPRESENTATIONS, FEATURE_MAPS, COMBINERS, LIKELIHOODS))
+
+
+def make(rep: str, fmap: str, comb: str, lik: str) -> ModelBuilder:
+    return ModelBuilder(REPRESENTATIONS[rep](), FEATURE_MAPS[fmap](), COMBINERS[comb](),
+                        LIKELIHOODS[lik]())
+
+
+@pytest.fixture(scope="module")
+def small():
+    views, y = load_multiple_features(classes=(3, 5))
+    rng = np.random.default_rng(1)
+    idx = rng.permutation(len(y))
+    tr, te = idx[:40], idx[40:60]
+    cols = [rng.choice(v.shape[1], size=min(6, v.shape[1]), replace=False) for v in views[:V]]
+    return ([v[tr][:, c] for v, c in zip(views, cols, strict=False)], y[tr],
+            [v[te][:, c] for v, c in zip(views, cols, strict=False)], y[te])
+
+
+@pytest.mark.parametrize("cell", CELLS, ids=[" + ".join(c) for c in CELLS])
+def test_every_cell_is_built_or_refused_with_both_pieces_named(cell):
+    try:
+        builder = make(*cell)
+    except CompositionError as err:
+        message = str(err)
+        named = [type(p).__name__ for p in (FEATURE_MAPS[cell[1]](), COMBINERS[cell[2]](),
+                                            LIKELIHOODS[cell[3]](), SharedLatent())
+                 if type(p).__name__ in message]
+        assert len(named) >= 2, message
+        return
+    assert clone(builder).get_params(deep=True).keys() == builder.get_params(deep=True).keys()
+
+
+@pytest.mark.parametrize("cell, refused_because", [
+    (("identity", "view kernels", "sum", "logistic"), "one Gram matrix per view"),
+    (("shared latent", "linear", "sum", "logistic"), "a shared latent representation"),
+    (("identity", "linear", "rho-tensor", "hinge"), "product of the views' kernels"),
+    (("identity", "view random features", "rho-tensor", "hinge"), "Gaussian-process"),
+    (("identity", "random Fourier", "block metric", "logistic"), "not functions of random"),
+])
+def test_impossible_compositions_are_refused_with_what_would_fit(cell, refused_because):
+    with pytest.raises(CompositionError, match=refused_because):
+        make(*cell)
+
+
+def check_fit(builder: ModelBuilder, inference: str, small, chains: int = 2
+              ) -> MultiViewClassifier:
+    X, y, Xt, _ = small
+    est = MultiViewClassifier(builder, inference=inference, draws=40, tune=40, chains=chains,
+                              random_seed=0).fit(X, y)
+    proba = est.predict_proba(Xt)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0, atol=1e-12)
+    assert np.all(est.predict(Xt) == est.classes_[np.argmax(proba, axis=1)])
+    assert "f" in est.idata_.posterior and est.inference_ == est.idata_.posterior.attrs[
+        "inference"]
+    return est
+
+
+# (cell, inference asked for, engine expected to run)
+PROMISED = [
+    (("identity", "landmarks", "CP", "logistic"), "map", "map"),
+    (("identity", "landmarks", "CP", "logistic"), "laplace", "laplace"),
+    (("identity", "landmarks", "CP", "logistic"), "nuts", "nuts"),
+    (("identity", "random Fourier", "sum", "logistic"), "nuts", "nuts"),
+    (("identity", "Nystrom", "sum", "hinge"), "map", "map"),
+    (("identity", "Nystrom", "sum", "hinge"), "auto", "gibbs"),
+    (("identity", "linear", "sum", "Gaussian"), "auto", "exact"),
+    (("identity", "view random features", "block metric", "logistic"), "map", "map"),
+]
+
+
+@pytest.mark.parametrize("cell, inference, engine", PROMISED,
+                         ids=[" + ".join(c) + f" / {i}" for c, i, _ in PROMISED])
+def test_promised_cells_fit_predict_round_trip_and_work_with_pymc(cell, inference, engine,
+                                                                  small, tmp_path):
+    est = check_fit(make(*cell), inference, small, chains=1 if engine == "nuts" else 2)
+    assert est.inference_ == engine  # "auto" states the engine it chose
+    Xt = small[2]
+    path = est.save(tmp_path / "model.nc")
+    loaded = bayesmv.load(path)
+    np.testing.assert_array_equal(loaded.predict_proba(Xt), est.predict_proba(Xt))
+    if inference == "map":  # PyMC's own tools on the fitted graph (rebuilt after loading)
+        assert "f" in pm.model_to_graphviz(loaded.model_).source
+        prior = pm.sample_prior_predictive(draws=5, model=est.model_, random_seed=0)
+        assert np.all(np.isfinite(prior.prior["f"].values))
+
+
+@pytest.mark.timeout(300)
+def test_shared_latent_with_dp_random_features_and_logistic_fits_by_nuts(small):
+    builder = ModelBuilder(SharedLatent(2, 1), RandomFourierFeatures(4, DPMixtureSpectral(3)),
+                           SumCombiner(1.0), LogisticLikelihood())
+    est = check_fit(builder, "nuts", small, chains=1)
+    # the test rows' latent is drawn from its conditional: the same seed, the same predictions
+    np.testing.assert_array_equal(est.predict_proba(small[2]), est.predict_proba(small[2]))
+
+
+def test_an_engine_that_does_not_apply_is_refused_before_fitting(small):
+    X, y, _, _ = small
+    est = MultiViewClassifier(make("identity", "linear", "sum", "hinge"), inference="laplace")
+    with pytest.raises(ValueError, match="hinge pseudo-likelihood has zero curvature"):
+        est.fit(X, y)
+    assert not hasattr(est, "idata_")
+    est = MultiViewClassifier(make("identity", "linear", "sum", "logistic"), inference="gibbs")
+    with pytest.raises(ValueError, match="gibbs augments the hinge"):
+        est.fit(X, y)
+
+
+def test_linear_sum_logistic_map_is_scikit_learns_logistic_regression(small):
+    X, y, Xt, _ = small
+    precision = 0.5
+    builder = ModelBuilder(None, LinearFeatures(), SumCombiner(precision, flat_bias=True),
+                           LogisticLikelihood())
+    est = MultiViewClassifier(builder, inference="map", standardize=False,
+                              random_seed=0).fit(X, y)
+    ref = LogisticRegression(C=1.0 / precision, solver="newton-cholesky", tol=1e-14,
+                             max_iter=1000).fit(np.hstack(X), y)
+    np.testing.assert_allclose(est.idata_.fit["beta"].values[0], ref.coef_[0], atol=1e-6)
+    np.testing.assert_allclose(est.predict_proba(Xt), ref.predict_proba(np.hstack(Xt)),
+                               atol=1e-6)
+
+
+def test_linear_sum_gaussian_exact_is_scikit_learns_ridge(small):
+    X, y, _, _ = small
+    precision, sigma = 2.0, 0.7
+    builder = ModelBuilder(None, LinearFeatures(), SumCombiner(precision),
+                           GaussianLikelihood(sigma))
+    est = MultiViewClassifier(builder, inference="exact", standardize=False,
+                              random_seed=0).fit(X, y)
+    targets = np.where(y == est.classes_[1], 1.0, -1.0)
+    ref = Ridge(alpha=precision * sigma**2, fit_intercept=False).fit(np.hstack(X), targets)
+    np.testing.assert_allclose(est.idata_.fit["beta"].values[0], ref.coef_, atol=1e-8)
+    # the draws are the exact Gaussian posterior: their mean is within Monte-Carlo error
+    draws = est.idata_.posterior["beta"].values[0, :, 0]
+    se = draws.std(axis=0) / np.sqrt(len(draws))
+    assert np.all(np.abs(draws.mean(axis=0) - ref.coef_) < 5 * se + 1e-12)
+
+
+def test_mvm_preset_is_the_composed_estimator_with_its_builder(small):
+    X, y, Xt, _ = small
+    mvm = MVM(rank=2, inference="map", random_seed=3).fit(X, y)
+    composed = MultiViewClassifier(mvm.make_builder(), inference="map", n_init=mvm.n_init,
+                                   max_iter=mvm.max_iter, tol=mvm.tol,
+                                   random_seed=3).fit(X, y)
+    np.testing.assert_allclose(composed.predict_proba(Xt), mvm.predict_proba(Xt), atol=1e-8)
+
+
+def test_one_builder_fits_two_data_sets_independently(small):
+    X, y, _, _ = small
+    features = LandmarkFeatures(6, random_state=0)
+    builder = ModelBuilder(None, features, SumCombiner(1.0, flat_bias=True),
+                           LogisticLikelihood())
+    a = MultiViewClassifier(builder, inference="map", random_seed=0).fit(X, y)
+    b = MultiViewClassifier(builder, inference="map", random_seed=0).fit(
+        [v[::-1] for v in X], y[::-1])
+    assert not features.is_fitted  # the component itself never changes
+    rows_a = a._fitted()["landmarks"].landmarks_[0]
+    rows_b = b._fitted()["landmarks"].landmarks_[0]
+    assert not np.array_equal(rows_a, rows_b)
+
+
+def _buildable():
+    out = []
+    for cell in CELLS:
+        try:
+            make(*cell)
+        except CompositionError:
+            continue
+        for inference in INFERENCES:
+            out.append((cell, inference))
+    return out
+
+
+@pytest.mark.exhaustive
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("cell, inference", _buildable(),
+                         ids=[" + ".join(c) + f" / {i}" for c, i in _buildable()])
+def test_every_buildable_cell_fits_or_refuses_the_engine_before_fitting(cell, inference, small):
+    try:
+        check_fit(make(*cell), inference, small)
+    except ValueError as err:
+        assert "does not apply" in str(err) or "full Hessian" in str(err), str(err)
