@@ -14,7 +14,7 @@ likelihoods) plug in by implementing the same three methods; the builder does no
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -85,19 +85,19 @@ def check_composition(pieces: tuple[Component, ...]) -> None:
             if missing:
                 raise CompositionError(
                     f"{_name(piece)} cannot follow {_name(previous)}: it needs "
-                    f"{KIND_DESCRIPTIONS[kind]} that are {' and '.join(sorted(missing))} "
-                    f"({_PROPERTY_HELP[sorted(missing)[0]]}), which {_name(previous)} "
-                    "does not provide")
+                    f"{KIND_DESCRIPTIONS[kind]} "
+                    + " and ".join(_PROPERTY_HELP[p] for p in sorted(missing))
+                    + f", which {_name(previous)} does not provide")
         elif piece.consumes and VIEWS not in piece.consumes:
             raise CompositionError(f"{_name(piece)} cannot read the views directly")
         previous = piece
 
 
 _PROPERTY_HELP = {
-    "fixed": "data, not functions of random variables: LinearFeatures, LandmarkFeatures, "
-             "NystromFeatures or ViewRandomFeatures",
-    "product_block": "with a block for the product of the views' kernels: "
-                     "ViewRandomFeatures, or ViewKernels for exact kernels",
+    "fixed": "that are data, not functions of random variables (LinearFeatures, "
+             "LandmarkFeatures, NystromFeatures or ViewRandomFeatures)",
+    "product_block": "with a block for the product of the views' kernels (ViewRandomFeatures; "
+                     "ViewKernels for exact kernels)",
 }
 
 
@@ -108,6 +108,7 @@ class BuiltModel:
     model: pm.Model
     context: BuildContext
     builder: ModelBuilder
+    cache: dict[Any, Any] = field(default_factory=dict)  # compiled functions of the model
 
     def initial_values(self, rng: np.random.Generator) -> dict[str, np.ndarray]:
         """A fresh dispersed starting point (value-variable names → arrays): every piece's

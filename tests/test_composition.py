@@ -11,15 +11,17 @@ scikit-learn's own solvers (independent references).
 from __future__ import annotations
 
 import itertools
+import warnings
 
 import numpy as np
 import pymc as pm
 import pytest
 from sklearn.base import clone
 from sklearn.linear_model import LogisticRegression, Ridge
+from sklearn.model_selection import GridSearchCV
 
 import bayesmv
-from bayesmv import MVM, ModelBuilder, MultiViewClassifier
+from bayesmv import M3LAK, MVM, ModelBuilder, MultiViewClassifier
 from bayesmv.builder import CompositionError
 from bayesmv.components import (
     BlockMetricCombiner,
@@ -205,6 +207,33 @@ def test_mvm_preset_is_the_composed_estimator_with_its_builder(small):
                                    max_iter=mvm.max_iter, tol=mvm.tol,
                                    random_seed=3).fit(X, y)
     np.testing.assert_allclose(composed.predict_proba(Xt), mvm.predict_proba(Xt), atol=1e-8)
+
+
+@pytest.mark.timeout(300)
+def test_m3lak_preset_is_the_composed_estimator_with_its_builder_and_hybrid(small):
+    X, y, Xt, _ = small
+    m3lak = M3LAK(latent_dim=2, n_features=4, view_latent_dim=1, n_components=3, draws=15,
+                  tune=15, chains=1, random_seed=5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # 15 draws do not converge; the draws are compared
+        m3lak.fit(X, y)
+        composed = MultiViewClassifier(m3lak.make_builder(), inference="hybrid", draws=15,
+                                       tune=15, chains=1, random_seed=5,
+                                       target_accept=m3lak.target_accept).fit(X, y)
+    np.testing.assert_array_equal(composed.idata_.posterior["f"].values,
+                                  m3lak.idata_.posterior["f"].values)
+    assert composed.predict_proba(Xt).shape == (len(Xt[0]), 2)
+
+
+def test_grid_search_tunes_a_pieces_parameter_through_the_builder(small):
+    X, y, _, _ = small
+    est = MultiViewClassifier(make("identity", "linear", "sum", "logistic"), inference="map",
+                              view_sizes=[v.shape[1] for v in X], random_seed=0)
+    assert est.get_params()["builder__combiner__prior_precision"] == 1.0
+    search = GridSearchCV(est, {"builder__combiner__prior_precision": [0.1, 10.0]}, cv=2)
+    search.fit(np.hstack(X), y)
+    assert search.best_params_["builder__combiner__prior_precision"] in (0.1, 10.0)
+    assert est.builder.combiner.prior_precision == 1.0  # the search works on clones
 
 
 def test_one_builder_fits_two_data_sets_independently(small):

@@ -15,6 +15,7 @@ from scipy import integrate, stats
 from scipy.special import logsumexp
 
 from bayesmv import M3LAK
+from bayesmv.components import DPMixtureSpectral
 from bayesmv.diagnostics.convergence import without_numba
 from bayesmv.inference.hmc import FrequencyHMC, LatentHMC
 from bayesmv.inference.spec import HybridSpec
@@ -101,10 +102,15 @@ def test_latent_hmc_samples_the_exact_row_conditional(one_dim_model):
         assert _ks_pvalue(draws[:, row], log_density) > 1e-3, row
 
 
-def test_frequency_hmc_samples_the_exact_conditional():
+@pytest.mark.parametrize("collapse", [False, True], ids=["given-components", "collapsed"])
+def test_frequency_hmc_samples_the_exact_conditional(collapse):
     """A one-frequency model: Ω is a scalar under its DP-mixture prior and the hinge; the step
     also redraws β, so Ω's draws follow p(Ω | H, …) with β ~ N(0, I/v) integrated out
-    (the reference integrates β by Monte Carlo from its prior)."""
+    (the reference integrates β by Monte Carlo from its prior).  Given the components the
+    prior is the mixture at (π, μ, σ²); collapsed, the step also redraws (μ, σ²) and Ω's
+    marginal prior is the normal–inverse-gamma predictive, a Student t with 2a₀ degrees of
+    freedom and scale² b₀(1 + 1/κ₀)/a₀ whatever the weights (written here from the
+    textbook formula, not from the package)."""
     rng = np.random.default_rng(3)
     X = [rng.normal(size=(6, 2)), rng.normal(size=(6, 2))]
     y = np.array([0, 1, 1, 0, 1, 0])
@@ -112,6 +118,11 @@ def test_frequency_hmc_samples_the_exact_conditional():
                 standardize=False)
     built = est.build_model(X, y)
     spec = HybridSpec.from_built(built)
+    if collapse:
+        # a light-tailed base measure (2a₀ = 40 degrees of freedom): with the default a₀ = 3
+        # the t prior's tails reach the likelihood's far modes at |ω| ≈ 3-6, which one chain
+        # visits too rarely to estimate the sd
+        spec.spectral = DPMixtureSpectral(n_components=2, a0=20.0, bandwidth=0.3)
     point = built.initial_values(np.random.default_rng(4))
     point["beta"] = np.array([[1.5, -1.0, 0.2]])
     point["H"] = rng.normal(size=(6, 1))
@@ -122,14 +133,21 @@ def test_frequency_hmc_samples_the_exact_conditional():
     nat = spec.natural(point)
     value = built.model.rvs_to_values
     step = FrequencyHMC([value[built.model["Omega"]], value[built.model["beta"]]], spec,
-                        model=built.model, rng=np.random.default_rng(5))
-    draws = _run(step, dict(point), "Omega", 6000, 1)[:, 0, 0]
+                        model=built.model, rng=np.random.default_rng(5),
+                        collapse_components=collapse)
+    draws = _run(step, dict(point), "Omega", 5000, 1)[:, 0, 0]
     h, y_pm = nat["H"][:, 0], spec.targets[:, 0]
     betas = np.random.default_rng(6).normal(scale=nat["v"] ** -0.5, size=(40_000, 3))
     grid = np.linspace(-6, 6, 481)
-    prior = np.log(sum(wk * stats.norm.pdf(grid, mk, np.sqrt(sk))
-                       for wk, mk, sk in zip(nat["dp_weights"], nat["dp_mu"][:, 0],
-                                             nat["dp_sigma2"][:, 0], strict=True)))
+    if collapse:
+        sp = spec.spectral
+        a0, kappa0 = sp.a0, sp.kappa0
+        b0 = (a0 - 1.0) * sp.bandwidth**2  # E[σ²] = bandwidth² / m with m = 1
+        prior = stats.t.logpdf(grid, df=2 * a0, scale=np.sqrt(b0 * (1 + 1 / kappa0) / a0))
+    else:
+        prior = np.log(sum(wk * stats.norm.pdf(grid, mk, np.sqrt(sk))
+                           for wk, mk, sk in zip(nat["dp_weights"], nat["dp_mu"][:, 0],
+                                                 nat["dp_sigma2"][:, 0], strict=True)))
     log_lik = np.empty_like(grid)
     for i, w in enumerate(grid):  # M = 1: φ̃ = [cos ωh, sin ωh, 1]
         f = betas @ np.stack([np.cos(w * h), np.sin(w * h), np.ones_like(h)])

@@ -6,9 +6,9 @@ the decision values ``f``, plus the attributes that describe the fit.  Which eng
 is decided from the pieces and the graph alone (:func:`why_not`), never from a preset's name:
 
 ========== ============================================================================
-exact      the posterior is Gaussian (Gaussian likelihood with fixed noise, Gaussian weights
-           linear in fixed features): its mode is one Newton step from anywhere and its
-           covariance the inverse negative Hessian, so draws are exact
+exact      the posterior is Gaussian (Gaussian likelihood with fixed noise, f linear in
+           Gaussian random variables: checked on the graph's gradient): its mode is one
+           Newton step from anywhere and its covariance the inverse negative Hessian
 map        L-BFGS-B on the graph's log density from dispersed starts (a registered fast
            solver when one serves the pieces: the SVM solver for a hinge on fixed features)
 laplace    a Gaussian at that mode, exact or diagonal curvature (not for the hinge, whose
@@ -93,6 +93,42 @@ def _fixed_features_sum(built: BuiltModel) -> str | None:
     return None
 
 
+def flat_logp(built: BuiltModel, jacobian: bool) -> FlatLogp:
+    """The built model's compiled log density (compiled once per built model and flag)."""
+    key = ("flat_logp", bool(jacobian))
+    if key not in built.cache:
+        built.cache[key] = FlatLogp(built.model, jacobian=jacobian)
+    return built.cache[key]
+
+
+def _not_gaussian(built: BuiltModel) -> str | None:
+    """Why the posterior is not exactly Gaussian.
+
+    It is when the likelihood is Gaussian with fixed noise and the log density is quadratic
+    in the (unconstrained) free variables, i.e. ``f`` and the priors are linear-Gaussian in
+    them: then the gradient is affine, which is checked exactly (to rounding) in a random
+    direction: ``∇ log p(x + d) - ∇ log p(x) = H d``.
+    """
+    lik = built.builder.likelihood
+    if not isinstance(lik, GaussianLikelihood) or lik.sigma is None:
+        return f"it needs a GaussianLikelihood with fixed sigma, not {type(lik).__name__}" + (
+            " with a free sigma" if isinstance(lik, GaussianLikelihood) else "")
+    model = built.model
+    transformed = [v.name for v in model.value_vars if is_transformed_name(v.name)]
+    if transformed:
+        return f"the graph has constrained variables ({transformed})"
+    flat = flat_logp(built, True)
+    if flat.size > FULL_HESSIAN_MAX:
+        return f"{flat.size} parameters (a full Hessian is formed up to {FULL_HESSIAN_MAX})"
+    rng = np.random.default_rng(0)
+    x, d = rng.standard_normal(flat.size), rng.standard_normal(flat.size)
+    lhs = flat(x + d)[1] - flat(x)[1]
+    rhs = flat.hvp(x, d)
+    if not np.allclose(lhs, rhs, rtol=1e-6, atol=1e-8 * max(1.0, np.abs(rhs).max())):
+        return "the decision values are not linear in the random variables"
+    return None
+
+
 def why_not(built: BuiltModel, inference: str) -> str | None:
     """``None`` when ``inference`` applies to ``built``, else a sentence saying why not."""
     b = built.builder
@@ -102,13 +138,8 @@ def why_not(built: BuiltModel, inference: str) -> str | None:
         return (f"{names} has no explicit decision values f (a Gaussian-process combiner): "
                 "its posterior and predictions are the closed form of RhoTMVRKM")
     if inference == "exact":
-        if not isinstance(lik, GaussianLikelihood) or lik.sigma is None:
-            return f"exact needs a GaussianLikelihood with fixed sigma ({names})"
-        reason = _fixed_features_sum(built)
-        if reason is not None or _free_names(built) - {"beta", "bias"}:
-            return f"exact needs Gaussian weights on fixed features ({names}: " \
-                   f"{reason or 'other random variables'})"
-        return None
+        reason = _not_gaussian(built)
+        return None if reason is None else f"exact needs a Gaussian posterior ({names}: {reason})"
     if inference in ("map", "nuts"):
         return None
     if inference == "laplace":
@@ -124,9 +155,11 @@ def why_not(built: BuiltModel, inference: str) -> str | None:
         return None if reason is None else f"gibbs needs fixed features ({names}: {reason})"
     if inference == "hybrid":
         ok = (isinstance(rep, SharedLatent) and isinstance(fmap, RandomFourierFeatures)
-              and isinstance(comb, SumCombiner) and isinstance(lik, HingeLikelihood))
+              and isinstance(comb, SumCombiner) and not comb.flat_bias
+              and isinstance(lik, HingeLikelihood))
         return None if ok else ("hybrid is M³LAK's scheme: SharedLatent + "
-                                "RandomFourierFeatures + SumCombiner + HingeLikelihood, "
+                                "RandomFourierFeatures + SumCombiner (no flat bias: the "
+                                "features carry a constant) + HingeLikelihood, "
                                 f"not {names}")
     raise ValueError(f"inference must be one of {INFERENCES}, got {inference!r}")
 
@@ -224,7 +257,7 @@ def fit_map(built: BuiltModel, settings: EngineSettings, *, jacobian: bool = Fal
             ) -> tuple[az.InferenceData, dict[str, Any], FlatLogp, Any]:
     """The posterior mode: a registered strategy's, else the best of ``n_init`` L-BFGS-B runs."""
     to_named = point_function(built)
-    flat = FlatLogp(built.model, jacobian=jacobian)
+    flat = flat_logp(built, jacobian)
     for strategy in MAP_STRATEGIES:
         point = strategy(built, settings)
         if point is not None:
@@ -283,7 +316,7 @@ def fit_exact(built: BuiltModel, settings: EngineSettings
     """The exact Gaussian posterior: the log density is quadratic, so one Newton step from
     any point reaches the mode (also the posterior mean, stored as the ``fit`` group) and the
     Laplace approximation there is the posterior."""
-    flat = FlatLogp(built.model, jacobian=True)
+    flat = flat_logp(built, True)
     x0 = np.zeros(flat.size)
     _, grad = flat(x0)
     with threadpool_limits(limits=1, user_api="blas"):

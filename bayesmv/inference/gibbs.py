@@ -278,25 +278,55 @@ def stick_conditional(counts, alpha) -> tuple[np.ndarray, np.ndarray]:
     return 1.0 + counts[:-1], alpha + tail[1:]
 
 
-def nig_conditional(Omega, z, K, kappa0, a0, b0):
-    """(μ_kd, σ²_kd) | Ω, z under the normal–inverse-gamma base (prior mean 0).
-
-    Returns ``(mean, kappa_n, a_n, b_n)``, each (K, m): σ² ~ InvGamma(a_n, b_n),
-    μ | σ² ~ N(mean, σ²/κ_n).
-    """
+def _component_sums(Omega, z, K) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per component: counts n (K, 1), sums S and sums of squares Q of Ω's columns (K, m)."""
     m = Omega.shape[1]
-    counts = np.bincount(z, minlength=K)
     sums = np.zeros((K, m))
     np.add.at(sums, z, Omega)
     sq = np.zeros((K, m))
     np.add.at(sq, z, Omega**2)
-    n = counts[:, None].astype(float)
-    xbar = np.divide(sums, n, out=np.zeros_like(sums), where=n > 0)
-    ss = np.maximum(sq - n * xbar**2, 0.0)
+    return np.bincount(z, minlength=K)[:, None].astype(float), sums, sq
+
+
+def nig_conditional(Omega, z, K, kappa0, a0, b0):
+    """(μ_kd, σ²_kd) | Ω, z under the normal–inverse-gamma base (prior mean 0).
+
+    Returns ``(mean, kappa_n, a_n, b_n)``, each (K, m): σ² ~ InvGamma(a_n, b_n),
+    μ | σ² ~ N(mean, σ²/κ_n), with ``κ_n = κ₀ + n``, ``a_n = a₀ + n/2`` and
+    ``b_n = b₀ + ½(Q - S²/κ_n)`` (S, Q: the component's sum and sum of squares).
+    """
+    m = Omega.shape[1]
+    n, S, Q = _component_sums(Omega, z, K)
     kn = kappa0 + n
     an = a0 + 0.5 * n
-    bn = b0 + 0.5 * ss + kappa0 * n * xbar**2 / (2.0 * kn)
-    return n * xbar / kn, kn * np.ones((1, m)), an * np.ones((1, m)), bn
+    bn = b0 + 0.5 * np.maximum(Q - S**2 / kn, 0.0)
+    return S / kn, kn * np.ones((1, m)), an * np.ones((1, m)), bn
+
+
+def collapsed_frequency_prior(Omega, z, K, kappa0, a0, b0) -> tuple[float, np.ndarray]:
+    """``log p(Ω | z)`` with the components' (μ, σ²) integrated out, and its gradient.
+
+    Per component and dimension the normal–inverse-gamma marginal of the assigned
+    frequencies is ``∝ b_n^{-a_n}`` times terms that depend on z only (dropped), with
+    ``b_n`` of :func:`nig_conditional`; ``∂b_n/∂ω_jd = ω_jd - S_kd/κ_n`` for ``z_j = k``.
+    """
+    _, kn, an, bn = nig_conditional(Omega, z, K, kappa0, a0, b0)
+    _, S, _ = _component_sums(Omega, z, K)
+    grad = -(an / bn)[z] * (Omega - (S / kn)[z])
+    return float(-np.sum(an * np.log(bn))), grad
+
+
+def draw_assignments(Omega, weights, mu, sigma2, rng) -> np.ndarray:
+    """z_j | ω_j, π, μ, σ² for every frequency (Gumbel-max on the exact logits)."""
+    logits = dp_assignment_logits(Omega, weights, mu, sigma2)
+    return np.argmax(logits + rng.gumbel(size=logits.shape), axis=1)
+
+
+def draw_components(Omega, z, K, kappa0, a0, b0, rng) -> tuple[np.ndarray, np.ndarray]:
+    """(μ, σ²) | Ω, z from the normal–inverse-gamma conditional."""
+    mean, kn, an, bn = nig_conditional(Omega, z, K, kappa0, a0, b0)
+    sigma2 = 1.0 / rng.gamma(an, 1.0 / bn)
+    return mean + np.sqrt(sigma2 / kn) * rng.standard_normal(mean.shape), sigma2
 
 
 class DPMixtureGibbs(GibbsBlockStep):
@@ -313,13 +343,10 @@ class DPMixtureGibbs(GibbsBlockStep):
         sp = s.spectral
         Omega = nat["Omega"]
         K, m = sp.n_components, Omega.shape[1]
-        logits = dp_assignment_logits(Omega, nat["dp_weights"], nat["dp_mu"], nat["dp_sigma2"])
-        z = np.argmax(logits + rng.gumbel(size=logits.shape), axis=1)
+        z = draw_assignments(Omega, nat["dp_weights"], nat["dp_mu"], nat["dp_sigma2"], rng)
         counts = np.bincount(z, minlength=K)
         sticks = rng.beta(*stick_conditional(counts, sp.alpha))
-        mean, kn, an, bn = nig_conditional(Omega, z, K, sp.kappa0, sp.a0, sp.b0(m))
-        sigma2 = 1.0 / rng.gamma(an, 1.0 / bn)
-        mu = mean + np.sqrt(sigma2 / kn) * rng.standard_normal((K, m))
+        mu, sigma2 = draw_components(Omega, z, K, sp.kappa0, sp.a0, sp.b0(m), rng)
         new = dict(point)
         new["dp_sticks_logodds__"] = s.encode_unit(sticks)
         new["dp_sigma2_log__"] = np.log(sigma2)

@@ -190,9 +190,22 @@ class MultiViewClassifier(BaseMultiViewClassifier):
         else:
             idata.add_groups(constant_data=constants)
         self._commit(idata_=idata, classes_=classes, layout_=data.layout,
+                     n_features_in_=int(sum(data.layout.view_sizes)),
                      standardizer_=standardizer, builder_=builder, inference_=inference,
                      _model=built.model, _fitted_context=built.context.state)
         return self
+
+    @property
+    def n_iter_(self) -> int:
+        """Iterations run: L-BFGS-B iterations of the kept start (map, laplace), tuning
+        iterations plus draws per chain (samplers), or 1 (exact, a solver strategy)."""
+        self._check_fitted()
+        attrs = self.idata_.posterior.attrs
+        if "optimizer_iterations" in attrs:
+            return max(1, int(attrs["optimizer_iterations"]))
+        if self.inference_ in ("nuts", "gibbs", "hybrid"):
+            return int(self.tune) + int(self.draws)
+        return 1
 
     # ------------------------------------------------------------ fitted state
     def _prediction_constants(self) -> set[str]:
@@ -206,6 +219,7 @@ class MultiViewClassifier(BaseMultiViewClassifier):
     def _set_extra_state(self, state: dict[str, Any]) -> None:
         self.builder_ = state["builder_"]
         self.inference_ = state["inference_"]
+        self.n_features_in_ = int(sum(self.layout_.view_sizes))
 
     def _training_build(self) -> BuiltModel:
         const = self.idata_.constant_data
