@@ -41,6 +41,7 @@ from bayesmv.components.latent import SharedLatent
 from bayesmv.components.likelihoods import GaussianLikelihood, HingeLikelihood
 from bayesmv.inference.optimize import (
     FlatLogp,
+    L1Penalty,
     find_map,
     full_hessian,
     laplace_approximation,
@@ -253,24 +254,33 @@ def fixed_design(built: BuiltModel) -> np.ndarray:
                            for X in arrays], axis=1)
 
 
-def fit_map(built: BuiltModel, settings: EngineSettings, *, jacobian: bool = False
+def fit_map(built: BuiltModel, settings: EngineSettings, *, jacobian: bool = False,
+            l1: L1Penalty | None = None, point_group: bool = True
             ) -> tuple[az.InferenceData, dict[str, Any], FlatLogp, Any]:
-    """The posterior mode: a registered strategy's, else the best of ``n_init`` L-BFGS-B runs."""
+    """The posterior mode: a registered strategy's, else the best of ``n_init`` L-BFGS-B runs
+    (exact L1 where ``l1`` names Laplace-prior terms).
+
+    Returns the mode as a one-draw ``InferenceData`` (with the ``fit`` group when
+    ``point_group``), the fit's attributes, the compiled log density and the mode's vector.
+    """
     to_named = point_function(built)
     flat = flat_logp(built, jacobian)
-    for strategy in MAP_STRATEGIES:
+    for strategy in MAP_STRATEGIES if l1 is None else []:
         point = strategy(built, settings)
         if point is not None:
             x = flat.from_point({**_starts(built, settings, 1)[0], **point})
             info = {"inference": "map", "solver": strategy.__name__.strip("_"),
-                    "map_logp": float(flat(x)[0])}
+                    "map_logp": float(flat(x)[0]), "map_jacobian": int(jacobian)}
             mode = to_named(flat.to_point(x))
-            idata = add_point_estimate(built, draws_to_idata(built, [mode]), mode, "mode")
+            idata = draws_to_idata(built, [mode])
+            if point_group:
+                add_point_estimate(built, idata, mode, "mode")
             return idata, info, flat, x
     best, logps = None, []
     for start in _starts(built, settings, settings.n_init):
+        # one BLAS thread: numpy's and PyTensor's pools fight on 2 cores
         with threadpool_limits(limits=1, user_api="blas"):
-            trial = find_map(flat, flat.from_point(start), max_iter=settings.max_iter,
+            trial = find_map(flat, flat.from_point(start), l1=l1, max_iter=settings.max_iter,
                              tol=settings.tol)
         logps.append(trial.logp)
         if best is None or trial.logp > best.logp:
@@ -280,10 +290,13 @@ def fit_map(built: BuiltModel, settings: EngineSettings, *, jacobian: bool = Fal
                       f"({best.message}); increase max_iter or loosen tol.",
                       ConvergenceWarning, stacklevel=3)
     info = {"inference": "map", "solver": "lbfgs", "restart_logps": np.asarray(logps),
-            "optimizer_iterations": best.n_iter, "optimizer_message": best.message,
-            "optimizer_success": int(best.success), "map_logp": best.logp}
+            "optimizer_iterations": best.n_iter, "optimizer_evaluations": best.n_evals,
+            "optimizer_message": best.message, "optimizer_success": int(best.success),
+            "map_logp": best.logp, "map_jacobian": int(jacobian)}
     mode = to_named(best.point)
-    idata = add_point_estimate(built, draws_to_idata(built, [mode]), mode, "mode")
+    idata = draws_to_idata(built, [mode])
+    if point_group:
+        add_point_estimate(built, idata, mode, "mode")
     return idata, info, flat, best.x
 
 

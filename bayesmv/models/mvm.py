@@ -22,7 +22,7 @@ import xarray as xr
 from pymc.util import get_untransformed_name, is_transformed_name
 from scipy.special import expit, log_expit, logsumexp
 from sklearn.base import BaseEstimator, RegressorMixin
-from sklearn.exceptions import ConvergenceWarning, DataConversionWarning, NotFittedError
+from sklearn.exceptions import DataConversionWarning, NotFittedError
 from threadpoolctl import threadpool_limits
 
 from bayesmv.builder import BuiltModel, ModelBuilder
@@ -48,11 +48,10 @@ from bayesmv.data import (
     label_tasks,
 )
 from bayesmv.diagnostics.convergence import check_convergence, warn_if_not_converged
-from bayesmv.inference.engines import draws_to_idata, point_function
+from bayesmv.inference.engines import EngineSettings, draws_to_idata, fit_map, point_function
 from bayesmv.inference.optimize import (
     FlatLogp,
     L1Penalty,
-    find_map,
     laplace_approximation,
     pareto_khat,
 )
@@ -152,7 +151,7 @@ class _MVMCore:
         return self.standardizer_.transform(data) if self.standardizer_ is not None else data
 
     # ------------------------------------------------------------ inference
-    def _l1_penalty(self, built: BuiltModel, flat: FlatLogp) -> L1Penalty | None:
+    def _l1_penalty(self, built: BuiltModel) -> L1Penalty | None:
         if self.prior != "laplace":
             return None
         V = built.context.sizes["n_linear_views"]
@@ -241,42 +240,29 @@ class _MVMCore:
             best = {n: idata.posterior[n].values[c, d] for n in var_names if n != "f"}
             info["point_estimate"] = "highest-density draw"
             return idata, info, best
-        flat = FlatLogp(model, jacobian=self.inference == "laplace")
-        l1 = self._l1_penalty(built, flat)
-        res, logps = None, []
-        for seed in seeds[:self.n_init]:
-            x0 = flat.from_point(built.initial_values(np.random.default_rng(seed)))
-            # one BLAS thread: numpy's and PyTensor's pools fight on 2 cores
-            with threadpool_limits(limits=1, user_api="blas"):
-                trial = find_map(flat, x0, l1=l1, max_iter=self.max_iter, tol=self.tol)
-            logps.append(trial.logp)
-            if res is None or trial.logp > res.logp:
-                res = trial
-        info["restart_logps"] = np.asarray(logps)
-        if res.hit_max_iter:
-            warnings.warn(f"L-BFGS-B stopped at max_iter={self.max_iter} before converging "
-                          f"({res.message}); increase max_iter or loosen tol.",
-                          ConvergenceWarning, stacklevel=3)
-        info.update(optimizer_iterations=res.n_iter, optimizer_evaluations=res.n_evals,
-                    optimizer_message=res.message, optimizer_success=int(res.success),
-                    map_logp=res.logp, map_jacobian=int(flat.jacobian))
+        settings = EngineSettings(random_seed=self.random_seed, n_init=self.n_init,
+                                  max_iter=self.max_iter, tol=self.tol)
+        map_idata, map_info, flat, x_mode = fit_map(
+            built, settings, jacobian=self.inference == "laplace",
+            l1=self._l1_penalty(built), point_group=False)
+        info.update({k: v for k, v in map_info.items() if k not in ("inference", "solver")})
         to_named = point_function(built)
-        mode = to_named(res.point)
+        mode = to_named(flat.to_point(x_mode))
         best = {n: v for n, v in mode.items() if n != "f"}
         info["point_estimate"] = "mode"
         if self.inference == "map":
-            return draws_to_idata(built, [mode]), info, best
+            return map_idata, info, best
         curvature = self.laplace_curvature
         if curvature == "auto":
             curvature = "full" if flat.size <= _FULL_MAX else "diagonal"
         with threadpool_limits(limits=1, user_api="blas"):
             if curvature == "full":
                 lap = laplace_approximation(
-                    flat, res.x, curvature="full",
-                    null_directions=self._gauge_directions(built, flat, res.x))
+                    flat, x_mode, curvature="full",
+                    null_directions=self._gauge_directions(built, flat, x_mode))
             else:
                 lap = laplace_approximation(
-                    flat, res.x, curvature="diagonal",
+                    flat, x_mode, curvature="diagonal",
                     neg_hessian_diagonal=self._neg_hessian_diagonal(built, flat))
         X, log_q = lap.sample(self.draws, np.random.default_rng(seeds[-1]))
         draws = [to_named(flat.to_point(x)) for x in X]
