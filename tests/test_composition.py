@@ -21,7 +21,15 @@ from sklearn.linear_model import LogisticRegression, Ridge
 from sklearn.model_selection import GridSearchCV
 
 import bayesmv
-from bayesmv import M3LAK, MVM, ModelBuilder, MultiViewClassifier
+from bayesmv import (
+    M3LAK,
+    MVLSVM,
+    MVM,
+    MVML,
+    ModelBuilder,
+    MultiViewClassifier,
+    RhoTMVRKM,
+)
 from bayesmv.builder import CompositionError
 from bayesmv.components import (
     BlockMetricCombiner,
@@ -207,6 +215,37 @@ def test_mvm_preset_is_the_composed_estimator_with_its_builder(small):
                                    max_iter=mvm.max_iter, tol=mvm.tol,
                                    random_seed=3).fit(X, y)
     np.testing.assert_allclose(composed.predict_proba(Xt), mvm.predict_proba(Xt), atol=1e-8)
+
+
+def test_rhotmvrkm_preset_with_random_features_is_the_exact_composed_posterior(small):
+    X, y, _, _ = small
+    rkm = RhoTMVRKM(n_features=20, rho=0.5, lam=0.1, gamma=0.1, random_seed=0).fit(X, y)
+    composed = MultiViewClassifier(rkm.make_builder(rkm.kernels_, rkm.gamma_, 0.5, 0.1),
+                                   random_seed=0).fit(X, y)
+    assert composed.inference_ == "exact"  # "auto": the posterior is Gaussian
+    np.testing.assert_allclose(composed.idata_.fit["f"].values,
+                               rkm.idata_.posterior["f"].values[0, 0], atol=1e-7)
+
+
+@pytest.mark.parametrize("learn_A", ["identity", "cov"])
+def test_mvml_preset_with_a_fixed_metric_is_the_exact_composed_posterior(learn_A, small):
+    X, y, _, _ = small
+    mvml = MVML(learn_A=learn_A, random_seed=0).fit(X, y)
+    composed = MultiViewClassifier(mvml.make_builder(), random_seed=0).fit(X, y)
+    assert composed.inference_ == "exact"
+    np.testing.assert_allclose(composed.idata_.fit["f"].values,
+                               mvml.idata_.posterior["f"].values[0, 0], atol=1e-8)
+
+
+def test_mvlsvm_preset_is_the_composed_estimator_with_its_builder(small):
+    X, y, _, _ = small
+    svm = MVLSVM(C=10.0, random_seed=0).fit(X, y)
+    composed = MultiViewClassifier(svm.make_builder(len(y), C=10.0), inference="map",
+                                   random_seed=0).fit(X, y)
+    assert composed.idata_.posterior.attrs["solver"] == "svm_map"  # the registered strategy
+    for name in ("beta", "bias", "f"):
+        np.testing.assert_allclose(composed.idata_.posterior[name].values,
+                                   svm.idata_.posterior[name].values, atol=1e-8)
 
 
 @pytest.mark.timeout(300)
