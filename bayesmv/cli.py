@@ -282,7 +282,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> JobResult:
     for name, view in zip(names, views, strict=True):
         report.line(name, f"{view.shape[1]} features", indent=4)
 
-    est = M3LAK(latent_dim=args.latent_dim, n_features=args.n_features, sampler=args.sampler,
+    est = M3LAK(latent_dim=args.latent_dim, n_features=args.n_features, inference=args.sampler,
                 draws=args.draws, tune=args.tune, chains=args.chains, cores=args.cores,
                 random_seed=args.seed, progressbar=not args.no_progress)
     report.header("Fit")

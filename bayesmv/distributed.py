@@ -41,7 +41,7 @@ from bayesmv.inference.sample import ChainsSampled, chain_plan
 __all__ = ["relax_malloc_trimming", "sample_chains", "supports_chains"]
 
 #: values of an ``inference`` parameter that mean MCMC
-_MCMC_INFERENCE = ("nuts", "gibbs", "mcmc")
+_MCMC_INFERENCE = ("nuts", "gibbs", "hybrid", "mcmc")
 #: per-estimator attributes holding the time spent in the sampler
 _TIMING_ATTRS = ("sampling_seconds", "fit_seconds")
 #: read by BLAS libraries when they are loaded (PyTensor's BLAS loads during ``fit``)

@@ -26,7 +26,7 @@ VIEW_DIMS = (64, 144, 73, 128, 225)
 
 def run(sampler: str, n: int, draws: int, tune: int) -> tuple:
     X, y = make_nonlinear_latent(n_samples=n, view_dims=VIEW_DIMS, random_state=0)
-    est = M3LAK(sampler=sampler, draws=draws, tune=tune, chains=2, cores=2, random_seed=0)
+    est = M3LAK(inference=sampler, draws=draws, tune=tune, chains=2, cores=2, random_seed=0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         est.fit(X, y)

@@ -135,8 +135,8 @@ def test_every_estimator_cross_validates_on_dask(client, digits, index):
 # -------------------------------------------------------------- chains as tasks
 CHAIN_CASES = {
     # NUTS on this toy posterior takes deep trees: a few draws keep the test short
-    "M3LAK-hybrid": lambda: M3LAK(sampler="hybrid", random_seed=3, **M3LAK_TINY),
-    "M3LAK-nuts": lambda: M3LAK(sampler="nuts", random_seed=3,
+    "M3LAK-hybrid": lambda: M3LAK(inference="hybrid", random_seed=3, **M3LAK_TINY),
+    "M3LAK-nuts": lambda: M3LAK(inference="nuts", random_seed=3,
                                 **dict(M3LAK_TINY, draws=6, tune=6)),
     "MVM-nuts": lambda: MVM(inference="nuts", rank=2, draws=30, tune=30, chains=2,
                             random_seed=3),
@@ -252,7 +252,7 @@ def test_sample_chains_refuses_what_draws_no_chains(client, toy):
     with pytest.raises(ValueError, match="inference='map'"):
         sample_chains(MVM(), X, y, client)
     with pytest.raises(ValueError, match="nuts_sampler='numpyro'"):
-        sample_chains(M3LAK(sampler="nuts", nuts_sampler="numpyro"), X, y, client)
+        sample_chains(M3LAK(inference="nuts", nuts_sampler="numpyro"), X, y, client)
     with pytest.raises(ValueError, match="chains must be a positive integer"):
         sample_chains(M3LAK(), X, y, client, chains=0)
     with pytest.raises(TypeError, match="Client"):
@@ -312,7 +312,7 @@ def test_jax_nuts_samples_the_closed_form_posterior(nuts_sampler):
 @_need("jax", "numpyro")
 def test_m3lak_fits_with_numpyro(toy):
     X, y = toy
-    est = M3LAK(sampler="nuts", nuts_sampler="numpyro", random_seed=1,
+    est = M3LAK(inference="nuts", nuts_sampler="numpyro", random_seed=1,
                 **dict(M3LAK_TINY, draws=20, tune=20)).fit(X, y)
     assert est.idata_.posterior["f"].shape == (2, 20, 40, 1)
     assert list(est.idata_.observed_data["y"].values) == list(y)
@@ -329,10 +329,10 @@ def test_mvm_fits_with_a_jax_sampler(toy):
 
 
 def test_unknown_or_missing_nuts_sampler_is_reported():
-    for est in (M3LAK(sampler="nuts", nuts_sampler="stan"),
+    for est in (M3LAK(inference="nuts", nuts_sampler="stan"),
                 MVM(inference="nuts", nuts_sampler="stan")):
         with pytest.raises(ValueError, match="nuts_sampler must be one of"):
             est.fit([np.zeros((4, 2))], [0, 1, 0, 1])
     if importlib.util.find_spec("numpyro") is None:
         with pytest.raises(ImportError, match=r"bayesmv\[jax\]"):
-            M3LAK(sampler="nuts", nuts_sampler="numpyro").fit([np.zeros((4, 2))], [0, 1, 0, 1])
+            M3LAK(inference="nuts", nuts_sampler="numpyro").fit([np.zeros((4, 2))], [0, 1, 0, 1])

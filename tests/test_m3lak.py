@@ -196,7 +196,7 @@ def test_hybrid_and_nuts_target_the_same_posterior():
     summaries = {}
     for sampler, draws in (("hybrid", 500), ("nuts", 400)):
         est = M3LAK(latent_dim=2, n_features=5, view_latent_dim=1, n_components=3,
-                    sampler=sampler, draws=draws, tune=draws, chains=2, cores=1,
+                    inference=sampler, draws=draws, tune=draws, chains=2, cores=1,
                     random_seed=3, max_predict_draws=10**6)
         with warnings.catch_warnings():
             # judged below by the agreement itself, whatever the per-chain ESS thresholds say
@@ -220,3 +220,11 @@ def test_hybrid_and_nuts_target_the_same_posterior():
         assert np.all(np.abs(z) < 3.8), (stat, z)
     (m_h, se_h), (_, se_n) = summaries["hybrid"]["mean"], summaries["nuts"]["mean"]
     assert np.all(se_h < 0.1) and np.all(se_n < 0.1) and np.ptp(m_h) > 1.0
+
+
+def test_sampler_is_a_deprecated_alias_of_inference():
+    est = M3LAK(sampler="nuts")
+    with pytest.warns(FutureWarning, match="use inference"):
+        est._validate_params()
+    assert est._method == "nuts" and M3LAK(inference="nuts")._method == "nuts"
+    assert M3LAK()._method == "hybrid"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import numbers
 import time
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -59,7 +60,7 @@ class M3LAK(BaseMultiViewClassifier):
         Number of random frequencies M (2M + 1 features with the bias).
     C : float, default 1.0
         Hinge regularisation constant.
-    sampler : {"hybrid", "nuts"}, default "hybrid"
+    inference : {"hybrid", "nuts"}, default "hybrid"
         ``"hybrid"``: the paper's Gibbs + HMC scheme as PyMC step methods (exact Gibbs for λ,
         β, U, W, V, r, τ and the DP mixture; batched per-sample HMC for H; HMC for Ω).
         ``"nuts"``: NUTS on the collapsed posterior (λ, U and DP assignments summed out).
@@ -114,12 +115,15 @@ class M3LAK(BaseMultiViewClassifier):
     target_accept : float, default 0.8
         Target acceptance of the HMC blocks / NUTS.
     nuts_sampler : {"pymc", "nutpie", "numpyro", "blackjax"}, default "pymc"
-        NUTS implementation for ``sampler="nuts"``: PyMC's own, nutpie
+        NUTS implementation for ``inference="nuts"``: PyMC's own, nutpie
         (``pip install 'bayesmv[fast]'``), or PyMC's JAX back-ends numpyro and blackjax
         (``pip install 'bayesmv[jax]'``; they run on a GPU when JAX sees one).  Only
         ``"pymc"`` runs each chain on its own reproducibly (``bayesmv.distributed``).
     progressbar : bool, default False
         Show PyMC's progress bar.
+    sampler : {"hybrid", "nuts"} or None, default None
+        Deprecated alias of ``inference`` (the name every other estimator uses); when given
+        it takes precedence, with a ``FutureWarning``.
     """
 
     def __init__(
@@ -127,7 +131,7 @@ class M3LAK(BaseMultiViewClassifier):
         latent_dim: int = 20,
         n_features: int = 100,
         C: float = 1.0,
-        sampler: str = "hybrid",
+        inference: str = "hybrid",
         draws: int = 500,
         tune: int = 500,
         chains: int = 2,
@@ -153,11 +157,12 @@ class M3LAK(BaseMultiViewClassifier):
         target_accept: float = 0.8,
         nuts_sampler: str = "pymc",
         progressbar: bool = False,
+        sampler: str | None = None,
     ) -> None:
         self.latent_dim = latent_dim
         self.n_features = n_features
         self.C = C
-        self.sampler = sampler
+        self.inference = inference
         self.draws = draws
         self.tune = tune
         self.chains = chains
@@ -183,6 +188,12 @@ class M3LAK(BaseMultiViewClassifier):
         self.target_accept = target_accept
         self.nuts_sampler = nuts_sampler
         self.progressbar = progressbar
+        self.sampler = sampler
+
+    @property
+    def _method(self) -> str:
+        """The sampler: ``inference``, or the deprecated ``sampler`` when given."""
+        return self.inference if self.sampler is None else self.sampler
 
     # --------------------------------------------------------------- checks
     def _validate_params(self) -> None:
@@ -194,9 +205,13 @@ class M3LAK(BaseMultiViewClassifier):
             raise ValueError(f"tune must be a non-negative integer, got {self.tune!r}")
         if not 0 < self.target_accept < 1:
             raise ValueError(f"target_accept must lie in (0, 1), got {self.target_accept!r}")
-        if self.sampler not in ("hybrid", "nuts"):
-            raise ValueError(f"sampler must be 'hybrid' or 'nuts', got {self.sampler!r}")
-        check_nuts_sampler(self.nuts_sampler, require_installed=self.sampler == "nuts")
+        name = "inference" if self.sampler is None else "sampler"
+        if self._method not in ("hybrid", "nuts"):
+            raise ValueError(f"{name} must be 'hybrid' or 'nuts', got {self._method!r}")
+        if self.sampler is not None:
+            warnings.warn("M3LAK(sampler=...) is deprecated; use inference=..., the name "
+                          "every bayesmv estimator uses", FutureWarning, stacklevel=3)
+        check_nuts_sampler(self.nuts_sampler, require_installed=self._method == "nuts")
         if self.spectral not in ("dp_mixture", "gaussian"):
             raise ValueError(f"spectral must be 'dp_mixture' or 'gaussian', got {self.spectral!r}")
         if self.spectral == "dp_mixture" and (not isinstance(self.n_components, numbers.Integral)
@@ -276,7 +291,7 @@ class M3LAK(BaseMultiViewClassifier):
         trace_vars += [d.name for d in built.model.deterministics]
         start = time.perf_counter()
         idata = run_sampler(
-            built, sampler=self.sampler, draws=self.draws, tune=self.tune, chains=self.chains,
+            built, sampler=self._method, draws=self.draws, tune=self.tune, chains=self.chains,
             cores=self.cores, random_seed=self.random_seed, trace_vars=trace_vars,
             progressbar=self.progressbar, target_accept=self.target_accept,
             nuts_sampler=self.nuts_sampler)
@@ -285,7 +300,7 @@ class M3LAK(BaseMultiViewClassifier):
             {"y": ("sample", built.y_index), "y_tasks": (("sample", "task"),
                                                          built.context.targets)}))
         idata.posterior.attrs["sampling_seconds"] = elapsed
-        idata.posterior.attrs["sampler"] = self.sampler
+        idata.posterior.attrs["sampler"] = self._method
         convergence = check_convergence(idata)
         layout = built.context.data.layout
         # fitted state only now, in one step: a failure or Ctrl-C above leaves a previous fit
