@@ -277,7 +277,7 @@ def test_grid_search_tunes_a_pieces_parameter_through_the_builder(small):
 
 def test_one_builder_fits_two_data_sets_independently(small):
     X, y, _, _ = small
-    features = LandmarkFeatures(6, random_state=0)
+    features = LandmarkFeatures(6, random_seed=0)
     builder = ModelBuilder(None, features, SumCombiner(1.0, flat_bias=True),
                            LogisticLikelihood())
     a = MultiViewClassifier(builder, inference="map", random_seed=0).fit(X, y)
@@ -310,3 +310,18 @@ def test_every_buildable_cell_fits_or_refuses_the_engine_before_fitting(cell, in
         check_fit(make(*cell), inference, small)
     except ValueError as err:
         assert "does not apply" in str(err) or "full Hessian" in str(err), str(err)
+
+
+def test_random_state_is_a_deprecated_alias_of_random_seed_in_components():
+    from bayesmv.data import check_views
+
+    views = [np.random.default_rng(0).normal(size=(30, 3)) for _ in range(2)]
+    data = check_views(views)
+    new = LandmarkFeatures(5, random_seed=4).fit(data)
+    with pytest.warns(FutureWarning, match="use random_seed"):
+        old = LandmarkFeatures(5, random_state=4).fit(data)
+    np.testing.assert_array_equal(old.landmark_indices_, new.landmark_indices_)
+    with pytest.warns(FutureWarning, match="use random_seed"):
+        state = NystromFeatures(0.3, random_state=4).fit_state(data)
+    np.testing.assert_array_equal(state.subset,
+                                  NystromFeatures(0.3, random_seed=4).fit_state(data).subset)

@@ -59,7 +59,7 @@ def _noise_view_data(seed=0, n=400, n_train=300):
 def _problem(seed=1, nystrom=0.1, n_train=160):
     X, y, _, _ = _digits(n_train)
     data = check_views([StandardScaler().fit_transform(v) for v in X])
-    state = NystromFeatures(nystrom, random_state=seed).fit_state(data)
+    state = NystromFeatures(nystrom, random_seed=seed).fit_state(data)
     return MetricProblem(state.transform(data), state.block_sizes), np.where(y == 5, 1.0, -1.0)
 
 
@@ -67,7 +67,7 @@ def _problem(seed=1, nystrom=0.1, n_train=160):
 def test_nystrom_features_reproduce_the_kernel_approximation():
     X, _, Xt, _ = _digits(120)
     data, test = check_views(X), check_views(Xt)
-    state = NystromFeatures(0.2, gamma=0.01, random_state=3).fit_state(data)
+    state = NystromFeatures(0.2, gamma=0.01, random_seed=3).fit_state(data)
     S = state.subset
     assert len(S) == 24 and len(np.unique(S)) == 24
     U_test, U_train = state.transform_views(test), state.transform_views(data)

@@ -34,6 +34,7 @@ from bayesmv.components.base import (
     BuildContext,
     Component,
     ViewFeatures,
+    component_seed,
 )
 from bayesmv.components.linear import fill_missing, publish_view_features
 from bayesmv.data import MultiViewData
@@ -120,10 +121,12 @@ class ViewRandomFeatures(Component):
     gammas : sequence of float
         RBF widths (fixed: the frequencies are ``sqrt(2γ_v)`` times fixed standard normals).
     base : list of ndarray, optional
-        The standard-normal draws (one (M, D_v) array per view); drawn from ``random_state``
+        The standard-normal draws (one (M, D_v) array per view); drawn from ``random_seed``
         when None.  Keeping them makes a saved model predict exactly as before saving.
-    random_state : int or None
+    random_seed : int or None
         Seed of the base draws.
+    random_state : int or None
+        Deprecated alias of ``random_seed``.
     """
 
     consumes = (VIEWS,)
@@ -131,20 +134,21 @@ class ViewRandomFeatures(Component):
     provides = frozenset({FIXED, PRODUCT_BLOCK})
 
     def __init__(self, n_features: int, kernels: Sequence[str], gammas: Sequence[float],
-                 base: Sequence[np.ndarray] | None = None, random_state: int | None = None
-                 ) -> None:
+                 base: Sequence[np.ndarray] | None = None, random_seed: int | None = None,
+                 random_state: int | None = None) -> None:
         self.n_features = n_features
         self.kernels = kernels
         self.gammas = gammas
         self.base = base
+        self.random_seed = random_seed
         self.random_state = random_state
 
     def draw_base(self, view_sizes: Sequence[int]) -> list[np.ndarray]:
-        """``base`` when given, else standard normals drawn from ``random_state`` (the same
+        """``base`` when given, else standard normals drawn from ``random_seed`` (the same
         ones for the same seed; the component is not changed)."""
         if self.base is not None:
             return [np.asarray(b, dtype=float) for b in self.base]
-        rng = np.random.default_rng(self.random_state)
+        rng = np.random.default_rng(component_seed(self))
         return [rng.standard_normal((int(self.n_features), D)) for D in view_sizes]
 
     def blocks(self, views: Sequence[np.ndarray], base: Sequence[np.ndarray] | None = None

@@ -48,6 +48,7 @@ from bayesmv.components.base import (
     BuildContext,
     Component,
     ViewFeatures,
+    component_seed,
 )
 from bayesmv.components.linear import publish_view_features
 from bayesmv.data import MultiViewData
@@ -142,8 +143,10 @@ class LandmarkFeatures(Component):
         √D_v (``γ_v = 1/D_v``); one number for every view, or one per view.
     impute : {"landmarks", "bayes", "zero", None}, default "landmarks"
         How missing similarity blocks are filled (see the module notes).
-    random_state : int, numpy Generator or None
+    random_seed : int, numpy Generator or None
         Seed of the landmark draw.
+    random_state : int, numpy Generator or None
+        Deprecated alias of ``random_seed``.
 
     Attributes
     ----------
@@ -164,10 +167,11 @@ class LandmarkFeatures(Component):
     provides = frozenset({FIXED})
 
     def __init__(self, n_landmarks: int = 50, gamma: Any = None, impute: str | None = "landmarks",
-                 random_state: Any = None) -> None:
+                 random_seed: Any = None, random_state: Any = None) -> None:
         self.n_landmarks = n_landmarks
         self.gamma = gamma
         self.impute = impute
+        self.random_seed = random_seed
         self.random_state = random_state
 
     # ------------------------------------------------------------------ fitting
@@ -207,7 +211,7 @@ class LandmarkFeatures(Component):
                           f"view; using all {complete.size} of them as landmarks", UserWarning,
                           stacklevel=2)
             L = complete.size
-        rng = np.random.default_rng(self.random_state)
+        rng = np.random.default_rng(component_seed(self))
         indices = np.sort(rng.choice(complete, size=L, replace=False))
         self.set_landmarks(indices, tuple(X[indices] for X in data.views), gamma)
         if self.impute == "bayes":

@@ -32,6 +32,7 @@ from bayesmv.components.base import (
     BuildContext,
     Component,
     ViewFeatures,
+    component_seed,
 )
 from bayesmv.components.linear import publish_view_features
 from bayesmv.data import MultiViewData
@@ -195,11 +196,13 @@ class NystromFeatures(Component):
         standardised views that is ``2 / E||x - x'||²``).  Ignored by kernels without one.
     rcond : float, default 1e-10
         Eigenvalues of ``W_v`` below ``rcond · max eigenvalue`` are dropped (not inverted).
-    random_state : int, Generator or None
+    random_seed : int, Generator or None
         Seeds the choice of S.
     subset : array of int or None
         Use these training rows as S instead of drawing them (reproduces another
         implementation's subset, e.g. the first r rows).
+    random_state : int, Generator or None
+        Deprecated alias of ``random_seed``.
 
     Notes
     -----
@@ -215,12 +218,14 @@ class NystromFeatures(Component):
 
     def __init__(self, nystrom: float | int = 0.25, kernel: str | Sequence[str] = "rbf",
                  gamma: float | Sequence[float] | None = None, rcond: float = 1e-10,
-                 random_state: int | np.random.Generator | None = None,
-                 subset: Sequence[int] | np.ndarray | None = None) -> None:
+                 random_seed: int | np.random.Generator | None = None,
+                 subset: Sequence[int] | np.ndarray | None = None,
+                 random_state: int | np.random.Generator | None = None) -> None:
         self.nystrom = nystrom
         self.kernel = kernel
         self.gamma = gamma
         self.rcond = rcond
+        self.random_seed = random_seed
         self.random_state = random_state
         self.subset = subset
 
@@ -256,7 +261,7 @@ class NystromFeatures(Component):
             subset = subset.astype(np.intp)
         else:
             r = n_landmarks(self.nystrom, n)
-            rng = np.random.default_rng(self.random_state)
+            rng = np.random.default_rng(component_seed(self))
             subset = np.sort(rng.choice(n, size=r, replace=False)).astype(np.intp)
         landmarks, whiteners, eigs, used_gamma = [], [], [], []
         for v, X in enumerate(data.views):

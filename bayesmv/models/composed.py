@@ -61,7 +61,7 @@ class MultiViewClassifier(BaseMultiViewClassifier):
     cores : int or None, default 1
         Processes for the chains.
     random_seed : int or None
-        Seeds everything random in ``fit``: starts, chains, and every piece's ``random_state``
+        Seeds everything random in ``fit``: starts, chains, and every piece's ``random_seed``
         that is None (landmarks, subsets, random bases).
     view_sizes : sequence of int or None
         Column widths of the views when ``X`` is one concatenated array (one may be -1).
@@ -86,7 +86,7 @@ class MultiViewClassifier(BaseMultiViewClassifier):
     model_ : pymc.Model
         The fitted graph, for PyMC's own tools (``pm.model_to_graphviz(est.model_)``).
     builder_ : ModelBuilder
-        The builder as fitted (pieces' unset ``random_state`` filled from ``random_seed``).
+        The builder as fitted (pieces' unset ``random_seed`` filled from ``random_seed``).
     inference_ : str
         The engine that ran.
     classes_ : ndarray
@@ -143,13 +143,14 @@ class MultiViewClassifier(BaseMultiViewClassifier):
                              f"{self.nuts_sampler!r}")
 
     def _seeded_builder(self) -> ModelBuilder:
-        """A copy of the builder whose pieces' unset ``random_state`` come from
+        """A copy of the builder whose pieces' unset ``random_seed`` come from
         ``random_seed`` (so a fit, and a reload, rebuild the same landmarks and bases)."""
         from sklearn.base import clone
 
         builder = clone(self.builder if self.builder is not None else default_builder())
         params = builder.get_params(deep=True)
-        keys = sorted(k for k, v in params.items() if k.endswith("random_state") and v is None)
+        keys = sorted(k for k, v in params.items() if k.endswith("random_seed") and v is None
+                      and params.get(k[:-len("random_seed")] + "random_state") is None)
         seeds = np.random.SeedSequence(self.random_seed).generate_state(len(keys) + 1)[1:]
         builder.set_params(**{k: int(s) for k, s in zip(keys, seeds, strict=True)})
         return builder

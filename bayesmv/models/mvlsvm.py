@@ -248,7 +248,7 @@ class MVLSVM(BaseMultiViewClassifier):
     def _landmark_map(self, random_state: Any = None, n_landmarks: int | None = None
                       ) -> LandmarkFeatures:
         L = self.n_landmarks if n_landmarks is None else n_landmarks
-        return LandmarkFeatures(L, self.gamma, self.impute, random_state=random_state)
+        return LandmarkFeatures(L, self.gamma, self.impute, random_seed=random_state)
 
 
     def _seeds(self) -> tuple[np.random.Generator, int]:

@@ -269,7 +269,7 @@ class MVML(BaseMultiViewClassifier):
 
     def _nystrom(self) -> NystromFeatures:
         return NystromFeatures(self.nystrom, self.kernel, self.gamma,
-                               random_state=self.random_seed)
+                               random_seed=self.random_seed)
 
     def _validate_params(self) -> None:
         self._combiner().check_params()

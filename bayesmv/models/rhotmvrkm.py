@@ -319,7 +319,7 @@ class RhoTMVRKM(BaseMultiViewClassifier):
             feature_map = ViewKernels(kernels, gammas)
         else:
             feature_map = ViewRandomFeatures(self.n_features, kernels, gammas,
-                                             random_state=self.random_seed)
+                                             random_seed=self.random_seed)
         sigma = None if lam is None else float(np.sqrt(lam))
         return ModelBuilder(Identity(), feature_map, RhoTensorCombiner(rho, self.eta),
                             GaussianLikelihood(sigma=sigma,
@@ -485,7 +485,7 @@ class RhoTMVRKM(BaseMultiViewClassifier):
     def _fit_features(self, views, Y, fitted, rng):
         rho, lam, tau = fitted["rho"], fitted["lam"], fitted["tau"]
         rff = ViewRandomFeatures(self.n_features, fitted["kernels"], fitted["gammas"],
-                                 random_state=self.random_seed)
+                                 random_seed=self.random_seed)
         base = rff.draw_base([X.shape[1] for X in views])
         per_view, joint = rff.blocks(views, base)
         Psi = feature_design(per_view, joint, rho, self.eta)
