@@ -6,7 +6,10 @@ is a :class:`~bayesmv.components.base.Component` with
 * ``build(ctx, ...)`` adding its random variables and potentials to the open model and
   returning the tensor the next piece consumes,
 * ``initial_values(...)`` proposing a dispersed start, and
-* a NumPy ``evaluate`` used at prediction time on posterior draws.
+* a declaration of what it consumes and produces (checked when the builder is made).
+
+Prediction builds the same graph on the new rows (``build(..., fitted=...)``) and evaluates
+its ``f`` at the posterior draws (:class:`bayesmv.inference.predict.GraphPredictor`).
 
 New pieces (ϱ-tensor or CP combiners, Nyström or landmark maps, logistic or least-squares
 likelihoods) plug in by implementing the same three methods; the builder does not change.
@@ -194,8 +197,9 @@ class ModelBuilder(BaseEstimator):
             (``targets=None``, ``n_outputs`` tasks) with what the pieces fitted on the training
             rows (landmarks, subsets, random bases), without the likelihood and without
             per-row random variables, so that ``f`` can be evaluated at posterior draws of
-            the global variables (:func:`bayesmv.inference.predict.decision_function`).
+            the global variables (:class:`bayesmv.inference.predict.GraphPredictor`).
         """
+        check_composition(self.pieces)  # also after set_params
         if fitted is None:
             targets = np.asarray(targets, dtype=float)
             if targets.ndim != 2 or targets.shape[0] != data.n_samples:

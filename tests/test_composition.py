@@ -10,6 +10,7 @@ scikit-learn's own solvers (independent references).
 
 from __future__ import annotations
 
+import copy
 import itertools
 import warnings
 
@@ -163,12 +164,23 @@ def test_shared_latent_with_dp_random_features_and_logistic_fits_by_nuts(small):
     builder = ModelBuilder(SharedLatent(2, 1), RandomFourierFeatures(4, DPMixtureSpectral(3)),
                            SumCombiner(1.0), LogisticLikelihood())
     est = check_fit(builder, "nuts", small, chains=1)
-    # the test rows' latent is drawn from its conditional: the same seed, the same predictions
-    np.testing.assert_array_equal(est.predict_proba(small[2]), est.predict_proba(small[2]))
+    # the test rows' latent is drawn from its conditional with random numbers shared by every
+    # row: the same predictions on every call, and a row's does not depend on the others
+    Xt = small[2]
+    proba = est.predict_proba(Xt)
+    np.testing.assert_array_equal(est.predict_proba(Xt), proba)
+    np.testing.assert_allclose(est.predict_proba([v[3:7] for v in Xt]), proba[3:7],
+                               rtol=1e-10)
+    # copying (or pickling) the estimator leaves its fitted graph and predictions alone
+    twin = copy.deepcopy(est)
+    assert "_model" in vars(est)
+    np.testing.assert_allclose(twin.predict_proba(Xt), proba, rtol=1e-10)
 
 
 def test_an_engine_that_does_not_apply_is_refused_before_fitting(small):
     X, y, _, _ = small
+    with pytest.raises(ValueError, match="no inference engine applies.*RhoTMVRKM"):
+        MultiViewClassifier(make("identity", "view kernels", "rho-tensor", "Gaussian")).fit(X, y)
     est = MultiViewClassifier(make("identity", "linear", "sum", "hinge"), inference="laplace")
     with pytest.raises(ValueError, match="hinge pseudo-likelihood has zero curvature"):
         est.fit(X, y)
@@ -225,6 +237,8 @@ def test_rhotmvrkm_preset_with_random_features_is_the_exact_composed_posterior(s
     assert composed.inference_ == "exact"  # "auto": the posterior is Gaussian
     np.testing.assert_allclose(composed.idata_.fit["f"].values,
                                rkm.idata_.posterior["f"].values[0, 0], atol=1e-7)
+    tau = 0.5 * len(X) + 0.5  # (1 - ϱ)V + ϱ: the noise variance is λ/τ²
+    assert composed._fitted()["noise_factor"] == pytest.approx(tau**-2)
 
 
 @pytest.mark.parametrize("learn_A", ["identity", "cov"])

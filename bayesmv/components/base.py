@@ -1,8 +1,8 @@
 """Shared plumbing for model-graph components.
 
 A component contributes random variables and potentials to a ``pm.Model`` (``build``),
-proposes a dispersed starting point for them (``initial_values``) and, where prediction needs
-it, evaluates the same map with NumPy on one posterior draw or a fitted state.  Components
+proposes a dispersed starting point for them (``initial_values``) and declares what it
+consumes and produces (:attr:`Component.consumes`, :attr:`Component.produces`).  Components
 talk to each other only through :class:`BuildContext`: what one piece produces (a latent
 dimension, a number of features) it records in ``ctx.sizes`` for the next piece to read, and
 the coordinates it names it registers with :meth:`BuildContext.add_coord`.

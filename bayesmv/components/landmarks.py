@@ -164,7 +164,11 @@ class LandmarkFeatures(Component):
 
     consumes = (VIEWS,)
     produces = VIEW_FEATURES
-    provides = frozenset({FIXED})
+
+    @property
+    def provides(self) -> frozenset[str]:  # type: ignore[override]
+        """Fixed data, except under ``impute="bayes"``, whose missing blocks are random."""
+        return frozenset() if self.impute == "bayes" else frozenset({FIXED})
 
     def __init__(self, n_landmarks: int = 50, gamma: Any = None, impute: str | None = "landmarks",
                  random_seed: Any = None, random_state: Any = None) -> None:

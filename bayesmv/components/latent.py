@@ -143,7 +143,9 @@ class SharedLatent(Component):
             G.append(Gv)
             rows = data.observed[:, v].astype(float)[:, None]
             b = b + rows * (pt.as_tensor(np.nan_to_num(Xv)) @ Qv)
-        eps = pt.matrix("latent_noise", shape=(n, m), dtype="float64")
+        # one ε per draw shared by every row, so a row's prediction does not depend on the
+        # other rows predicted with it (as M3LAK's own predictor)
+        eps = pt.matrix("latent_noise", shape=(1, m), dtype="float64")
         ctx.state.setdefault("prediction_inputs", {})["latent_noise"] = eps
         patterns, pattern = np.unique(data.observed, axis=0, return_inverse=True)
         H = pt.zeros((n, m))

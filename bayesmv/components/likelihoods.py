@@ -185,6 +185,10 @@ class GaussianLikelihood(Component):
             return
         latent = f if isinstance(f, LatentGaussian) else LatentGaussian(f)
         variance = self._variance() * latent.noise_factor
+        if isinstance(latent.noise_factor, int | float):
+            ctx.state["noise_factor"] = float(latent.noise_factor)
+        else:  # a function of random variables (a free ϱ): kept with the draws
+            pm.Deterministic("noise_variance", variance)
         if latent.cov is None:
             pm.Normal("y_obs", mu=latent.mean, sigma=pt.sqrt(variance), observed=ctx.targets,
                       dims=("sample", "task"))

@@ -11,8 +11,8 @@ exact      the posterior is Gaussian (Gaussian likelihood with fixed noise, f li
            Newton step from anywhere and its covariance the inverse negative Hessian
 map        L-BFGS-B on the graph's log density from dispersed starts (a registered fast
            solver when one serves the pieces: the SVM solver for a hinge on fixed features)
-laplace    a Gaussian at that mode, exact or diagonal curvature (not for the hinge, whose
-           curvature is zero almost everywhere)
+laplace    a Gaussian at that mode with the exact (full) curvature, up to FULL_HESSIAN_MAX
+           parameters (not for the hinge, whose curvature is zero almost everywhere)
 nuts       NUTS through PyMC (or nutpie / NumPyro / BlackJAX) on the collapsed graph
 gibbs      the augmented hinge Gibbs sampler (Polson & Scott 2011) for a hinge on fixed
            features combined by a sum with a fixed Gaussian prior
@@ -83,7 +83,9 @@ def _fixed_features_sum(built: BuiltModel) -> str | None:
     rep, fmap, comb = b.pieces[:3]
     if not isinstance(rep, Identity):
         return f"its representation {type(rep).__name__} is random"
-    if FIXED not in fmap.provides:
+    # landmark features with Bayesian imputation: the missing blocks are random, and the
+    # augmented hinge Gibbs sampler draws them (its spec handles mu_missing_k)
+    if FIXED not in fmap.provides and getattr(fmap, "impute", None) != "bayes":
         return f"{type(fmap).__name__}'s features are random"
     if not isinstance(comb, SumCombiner) or comb.precision_prior is not None:
         return "it needs a SumCombiner with a fixed prior precision"
@@ -168,7 +170,10 @@ def why_not(built: BuiltModel, inference: str) -> str | None:
 def resolve(built: BuiltModel, inference: str) -> str:
     """The engine to run: ``inference`` itself (checked), or the first valid one for auto."""
     if inference == "auto":
-        return next(name for name in AUTO_ORDER if why_not(built, name) is None)
+        chosen = next((name for name in AUTO_ORDER if why_not(built, name) is None), None)
+        if chosen is None:
+            raise ValueError(f"no inference engine applies: {why_not(built, 'nuts')}")
+        return chosen
     reason = why_not(built, inference)
     if reason is not None:
         raise ValueError(f"inference={inference!r} does not apply: {reason}")
@@ -342,7 +347,8 @@ def fit_exact(built: BuiltModel, settings: EngineSettings
 def fit_sampler(built: BuiltModel, settings: EngineSettings, inference: str
                 ) -> tuple[az.InferenceData, dict[str, Any]]:
     """MCMC: NUTS, the hybrid scheme or the augmented hinge Gibbs sampler."""
-    trace = sorted(_free_names(built)) + ["f"]
+    trace = sorted(_free_names(built)) + ["f"] + [
+        n for n in ("noise_variance",) if n in built.model.named_vars]
     common = dict(draws=settings.draws, tune=settings.tune, chains=settings.chains,
                   cores=settings.cores, random_seed=settings.random_seed, trace_vars=trace,
                   progressbar=settings.progressbar)

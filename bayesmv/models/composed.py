@@ -149,6 +149,14 @@ class MultiViewClassifier(BaseMultiViewClassifier):
 
         builder = clone(self.builder if self.builder is not None else default_builder())
         params = builder.get_params(deep=True)
+        # a Generator seed advances when used: replace it by an integer drawn from it, so that
+        # rebuilding the fitted state (after pickling, after load) draws the same again
+        for key, value in params.items():
+            if key.endswith(("random_seed", "random_state")) and isinstance(
+                    value, np.random.Generator | np.random.RandomState | np.random.SeedSequence):
+                rng = np.random.default_rng(value)
+                builder.set_params(**{key: int(rng.integers(2**32))})
+        params = builder.get_params(deep=True)
         keys = sorted(k for k, v in params.items() if k.endswith("random_seed") and v is None
                       and params.get(k[:-len("random_seed")] + "random_state") is None)
         seeds = np.random.SeedSequence(self.random_seed).generate_state(len(keys) + 1)[1:]
@@ -174,6 +182,8 @@ class MultiViewClassifier(BaseMultiViewClassifier):
             target_accept=float(self.target_accept), nuts_sampler=self.nuts_sampler)
         idata, info = engines.fit(built, inference, settings)
         elapsed = time.perf_counter() - start
+        if inference in ("nuts", "gibbs", "hybrid"):
+            info["n_iterations"] = int(self.tune) + int(self.draws)
         info.update(fit_seconds=elapsed, requested_inference=self.inference,
                     model=" + ".join(type(p).__name__ for p in builder.pieces))
         for key, value in info.items():
@@ -204,9 +214,7 @@ class MultiViewClassifier(BaseMultiViewClassifier):
         attrs = self.idata_.posterior.attrs
         if "optimizer_iterations" in attrs:
             return max(1, int(attrs["optimizer_iterations"]))
-        if self.inference_ in ("nuts", "gibbs", "hybrid"):
-            return int(self.tune) + int(self.draws)
-        return 1
+        return max(1, int(attrs.get("n_iterations", 1)))
 
     # ------------------------------------------------------------ fitted state
     def _prediction_constants(self) -> set[str]:
@@ -242,7 +250,7 @@ class MultiViewClassifier(BaseMultiViewClassifier):
     def __getstate__(self) -> dict[str, Any]:
         # the graph (compiled PyTensor objects) is not copied or pickled; it is rebuilt from
         # the stored training rows when needed
-        state = super().__getstate__()
+        state = dict(super().__getstate__())  # a copy: the live estimator keeps its graph
         state.pop("_model", None)
         state.pop("_fitted_context", None)
         return state
@@ -261,12 +269,17 @@ class MultiViewClassifier(BaseMultiViewClassifier):
         if isinstance(lik, HingeLikelihood):
             return log_hinge_probability(f, float(lik.C))
         if isinstance(lik, GaussianLikelihood):
-            if lik.sigma is not None:
-                sigma2 = np.full(f.shape[0], float(lik.sigma) ** 2)
-            elif "sigma" in draws:
-                sigma2 = np.asarray(draws["sigma"], dtype=float) ** 2
+            # the graph's noise variance: σ² times the combiner's factor (the ϱ-tensor's 1/τ²)
+            if "noise_variance" in draws:
+                sigma2 = np.asarray(draws["noise_variance"], dtype=float)
             else:
-                sigma2 = np.exp(np.asarray(draws["log_noise_variance"], dtype=float))
+                factor = float(self._fitted().get("noise_factor", 1.0))
+                if lik.sigma is not None:
+                    sigma2 = np.full(f.shape[0], float(lik.sigma) ** 2 * factor)
+                elif "sigma" in draws:
+                    sigma2 = np.asarray(draws["sigma"], dtype=float) ** 2 * factor
+                else:
+                    sigma2 = np.exp(np.asarray(draws["log_noise_variance"], dtype=float)) * factor
             return log_expit(2.0 * f / sigma2.reshape(-1, 1, 1))
         raise TypeError(f"no class probability for {type(lik).__name__}")
 
@@ -276,9 +289,11 @@ class MultiViewClassifier(BaseMultiViewClassifier):
         predictor = GraphPredictor(self.builder_, self._fitted(), data, T)
         wanted = list(predictor.names)
         post = self.idata_.posterior
-        wanted += [n for n in ("sigma", "log_noise_variance") if n in post]
+        wanted += [n for n in ("sigma", "log_noise_variance", "noise_variance") if n in post]
         draws = thinned_draws(post, wanted, int(self.max_predict_draws))
-        seed = np.random.SeedSequence(self.random_seed).spawn(3)[2]
+        # fixed even without a random_seed: a prediction must not change from call to call
+        seed = np.random.SeedSequence(0 if self.random_seed is None
+                                      else self.random_seed).spawn(3)[2]
         f = predictor({n: draws[n] for n in predictor.names}, np.random.default_rng(seed))
         return f, draws
 
