@@ -406,14 +406,11 @@ class LandmarkFeatures(Component):
         if ctx.predicting or fitted.impute != "bayes" or not data.has_missing:
             ctx.state["missing_blocks"] = []
             Phi = fitted.transform(data)
-            data_var = pm.Data("landmark_features", Phi, dims=("sample", "feature"))
         else:
             M = fitted.similarities(data)
-            blocks = fitted.missing_blocks(M, data.observed)
-            ctx.state["missing_blocks"] = blocks
+            ctx.state["missing_blocks"] = fitted.missing_blocks(M, data.observed)
             Phi = np.nan_to_num(M, nan=0.0)
-            data_var = pm.Data("landmark_features", Phi, dims=("sample", "feature"))
-        tensor = pt.as_tensor(data_var)
+        tensor = pt.as_tensor(pm.Data("landmark_features", Phi, dims=("sample", "feature")))
         for k, blk in enumerate(ctx.state["missing_blocks"]):
             mu = pm.MvNormal(f"mu_missing_{k}", mu=blk.mean, cov=blk.covariance(),
                              shape=blk.mean.shape)

@@ -106,15 +106,11 @@ class SharedLatent(Component):
         if ctx.predicting:
             return self._build_new_rows(ctx)
         H = pm.Normal("H", 0.0, 1.0, shape=(n, m), dims=("sample", "latent"))
-        tau = pm.Gamma("tau", alpha=self.a_tau, beta=self.b_tau, shape=data.n_views, dims="view")
-        r = pm.Gamma("r", alpha=self.a_r, beta=self.b_r, shape=(data.n_views, m),
-                     dims=("view", "latent"))
+        tau, r = self._precisions(data.n_views)
         for v, Xv in enumerate(data.views):
             idx = np.flatnonzero(data.observed[:, v])
-            D = Xv.shape[1]
             X_obs = pm.Data(f"X_{v}", Xv[idx])
-            W = pm.Normal(f"W_{v}", 0.0, 1.0 / pt.sqrt(r[v]), shape=(D, m))
-            V = pm.Normal(f"V_{v}", 0.0, self.eta**-0.5, shape=(D, K))
+            W, V = self._loadings(v, Xv.shape[1], r)
             H_obs = H[idx]
             if ctx.augmented:
                 U = pm.Normal(f"U_{v}", 0.0, 1.0, shape=(idx.size, K))
@@ -124,21 +120,30 @@ class SharedLatent(Component):
                 pm.Potential(f"x_{v}_loglik", collapsed_view_logp(X_obs, H_obs, W, V, tau[v]))
         return H
 
+    def _precisions(self, n_views: int):
+        """The view noise precisions τ and the loadings' ARD precisions r."""
+        tau = pm.Gamma("tau", alpha=self.a_tau, beta=self.b_tau, shape=n_views, dims="view")
+        r = pm.Gamma("r", alpha=self.a_r, beta=self.b_r, shape=(n_views, self.latent_dim),
+                     dims=("view", "latent"))
+        return tau, r
+
+    def _loadings(self, v: int, D: int, r):
+        """View v's shared and view-specific loadings ``W_v`` (D × m) and ``V_v`` (D × K)."""
+        W = pm.Normal(f"W_{v}", 0.0, 1.0 / pt.sqrt(r[v]), shape=(D, self.latent_dim))
+        V = pm.Normal(f"V_{v}", 0.0, self.eta**-0.5, shape=(D, self.view_latent_dim))
+        return W, V
+
     def _build_new_rows(self, ctx: BuildContext) -> pt.TensorVariable:
         """The latent of new rows as a graph of the global parameters: one draw from the exact
         conditional ``p(h | x, W, V, τ)`` (labels unseen), ``h = P⁻¹b + L⁻ᵀε`` with
         ``P = L Lᵀ`` per missing-view pattern and ``ε`` the input ``latent_noise`` (standard
         normals, one matrix per posterior draw, fed by the predictor)."""
         data = ctx.data
-        n, m, K = data.n_samples, self.latent_dim, self.view_latent_dim
-        tau = pm.Gamma("tau", alpha=self.a_tau, beta=self.b_tau, shape=data.n_views, dims="view")
-        r = pm.Gamma("r", alpha=self.a_r, beta=self.b_r, shape=(data.n_views, m),
-                     dims=("view", "latent"))
+        n, m = data.n_samples, self.latent_dim
+        tau, r = self._precisions(data.n_views)
         G, b = [], pt.zeros((n, m))
         for v, Xv in enumerate(data.views):
-            D = Xv.shape[1]
-            W = pm.Normal(f"W_{v}", 0.0, 1.0 / pt.sqrt(r[v]), shape=(D, m))
-            V = pm.Normal(f"V_{v}", 0.0, self.eta**-0.5, shape=(D, K))
+            W, V = self._loadings(v, Xv.shape[1], r)
             Gv, Qv = view_noise_terms(W, V, tau[v], xp=pt)
             G.append(Gv)
             rows = data.observed[:, v].astype(float)[:, None]

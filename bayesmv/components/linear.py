@@ -42,6 +42,16 @@ def fill_missing(view: ViewMatrix) -> ViewMatrix:
     return np.where(nan, 0.0, view)
 
 
+def to_dense(view: ViewMatrix) -> np.ndarray:
+    """A view or feature block as a dense array (CSR matrices densified)."""
+    return view.toarray() if sp.issparse(view) else np.asarray(view)
+
+
+def concatenated(blocks: Sequence[ViewMatrix]) -> np.ndarray:
+    """Feature blocks side by side as one dense array (n, Σ d_v)."""
+    return np.concatenate([to_dense(X) for X in blocks], axis=1)
+
+
 def project_np(view: ViewMatrix, A: np.ndarray) -> np.ndarray:
     """NumPy ``z_vᵀ A`` for every row and task.
 

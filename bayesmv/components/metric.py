@@ -42,6 +42,7 @@ from bayesmv.components.base import (
     ViewFeatures,
     WideFlat,
 )
+from bayesmv.components.linear import concatenated
 from bayesmv.inference.metric import (
     LEARN_A,
     OBJECTIVES,
@@ -112,9 +113,7 @@ class BlockMetricCombiner(Component):
         self.check_params()
         sizes = tuple(features.widths)
         n, V, T = int(sum(sizes)), len(sizes), ctx.n_tasks
-        arrays = ctx.state["view_feature_arrays"]
-        ctx.state["features"] = np.concatenate(
-            [X.toarray() if hasattr(X, "toarray") else X for X in arrays], axis=1)
+        ctx.state["features"] = concatenated(ctx.state["view_feature_arrays"])
         ctx.state["block_sizes"] = sizes
         ctx.add_coord("nystrom_feature", n)
         ctx.add_coord("nystrom_feature_b", n)

@@ -207,9 +207,8 @@ class NystromFeatures(Component):
     Notes
     -----
     In the graph the features are fixed data (a ``pm.Data`` named ``"U"`` with dims
-    ``("sample", "nystrom_feature")``); the fitted :class:`NystromState` is left in
-    ``ctx.state["nystrom"]``, the NumPy features in ``ctx.state["features"]`` and the block
-    sizes in ``ctx.state["block_sizes"]``.
+    ``("sample", "nystrom_feature")``), handed on as one block per view; the fitted
+    :class:`NystromState` is left in ``ctx.state["nystrom"]``.
     """
 
     consumes = (VIEWS,)
@@ -290,8 +289,6 @@ class NystromFeatures(Component):
         data = ctx.data if data is None else data
         state = ctx.fitted_state("nystrom", lambda: self.fit_state(data))
         U = state.transform(data)
-        ctx.state["features"] = U
-        ctx.state["block_sizes"] = state.block_sizes
         ctx.add_coord("nystrom_feature", U.shape[1])
         Ud = pm.Data("U", U, dims=("sample", "nystrom_feature"))
         edges = np.concatenate([[0], np.cumsum(state.block_sizes)]).astype(int)

@@ -39,6 +39,7 @@ from bayesmv.components.combine import SumCombiner
 from bayesmv.components.features import RandomFourierFeatures
 from bayesmv.components.latent import SharedLatent
 from bayesmv.components.likelihoods import GaussianLikelihood, HingeLikelihood
+from bayesmv.components.linear import concatenated
 from bayesmv.inference.optimize import (
     FlatLogp,
     L1Penalty,
@@ -182,7 +183,10 @@ def resolve(built: BuiltModel, inference: str) -> str:
 
 # ------------------------------------------------------------------ packaging
 def point_function(built: BuiltModel) -> Callable[[dict], dict]:
-    """Compiled map from a point of value variables to every named variable (and ``f``)."""
+    """Compiled map from a point of value variables to every named variable (and ``f``),
+    compiled once per built model."""
+    if "point_function" in built.cache:
+        return built.cache["point_function"]
     model = built.model
     outs = [o for o in model.unobserved_value_vars if not is_transformed_name(o.name)]
     fn = model.compile_fn(outs, inputs=model.value_vars, point_fn=False)
@@ -192,6 +196,7 @@ def point_function(built: BuiltModel) -> Callable[[dict], dict]:
     def evaluate(point: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return dict(zip(names, fn(*[point[n] for n in order]), strict=True))
 
+    built.cache["point_function"] = evaluate
     return evaluate
 
 
@@ -254,9 +259,7 @@ MAP_STRATEGIES: list[Callable[[BuiltModel, EngineSettings], dict | None]] = [_sv
 
 def fixed_design(built: BuiltModel) -> np.ndarray:
     """The fixed features Φ = [φ_1, …, φ_V] as one dense array (n, Σ d_v)."""
-    arrays = built.context.state["view_feature_arrays"]
-    return np.concatenate([X.toarray() if hasattr(X, "toarray") else np.asarray(X)
-                           for X in arrays], axis=1)
+    return concatenated(built.context.state["view_feature_arrays"])
 
 
 def fit_map(built: BuiltModel, settings: EngineSettings, *, jacobian: bool = False,
@@ -270,17 +273,32 @@ def fit_map(built: BuiltModel, settings: EngineSettings, *, jacobian: bool = Fal
     """
     to_named = point_function(built)
     flat = flat_logp(built, jacobian)
-    for strategy in MAP_STRATEGIES if l1 is None else []:
+    x, info = _strategy_map(built, settings, flat) if l1 is None else (None, None)
+    if x is None:
+        x, info = _lbfgs_map(built, settings, flat, l1)
+    info["map_jacobian"] = int(jacobian)
+    mode = to_named(flat.to_point(x))
+    idata = draws_to_idata(built, [mode])
+    if point_group:
+        add_point_estimate(built, idata, mode, "mode")
+    return idata, info, flat, x
+
+
+def _strategy_map(built: BuiltModel, settings: EngineSettings, flat: FlatLogp
+                  ) -> tuple[np.ndarray | None, dict[str, Any] | None]:
+    """The mode from the first registered strategy that serves the pieces, if any."""
+    for strategy in MAP_STRATEGIES:
         point = strategy(built, settings)
         if point is not None:
             x = flat.from_point({**_starts(built, settings, 1)[0], **point})
-            info = {"inference": "map", "solver": strategy.__name__.strip("_"),
-                    "map_logp": float(flat(x)[0]), "map_jacobian": int(jacobian)}
-            mode = to_named(flat.to_point(x))
-            idata = draws_to_idata(built, [mode])
-            if point_group:
-                add_point_estimate(built, idata, mode, "mode")
-            return idata, info, flat, x
+            return x, {"inference": "map", "solver": strategy.__name__.strip("_"),
+                       "map_logp": float(flat(x)[0])}
+    return None, None
+
+
+def _lbfgs_map(built: BuiltModel, settings: EngineSettings, flat: FlatLogp,
+               l1: L1Penalty | None) -> tuple[np.ndarray, dict[str, Any]]:
+    """The best of ``n_init`` L-BFGS-B runs from dispersed starts."""
     best, logps = None, []
     for start in _starts(built, settings, settings.n_init):
         # one BLAS thread: numpy's and PyTensor's pools fight on 2 cores
@@ -293,16 +311,11 @@ def fit_map(built: BuiltModel, settings: EngineSettings, *, jacobian: bool = Fal
     if best.hit_max_iter:
         warnings.warn(f"L-BFGS-B stopped at max_iter={settings.max_iter} before converging "
                       f"({best.message}); increase max_iter or loosen tol.",
-                      ConvergenceWarning, stacklevel=3)
-    info = {"inference": "map", "solver": "lbfgs", "restart_logps": np.asarray(logps),
-            "optimizer_iterations": best.n_iter, "optimizer_evaluations": best.n_evals,
-            "optimizer_message": best.message, "optimizer_success": int(best.success),
-            "map_logp": best.logp, "map_jacobian": int(jacobian)}
-    mode = to_named(best.point)
-    idata = draws_to_idata(built, [mode])
-    if point_group:
-        add_point_estimate(built, idata, mode, "mode")
-    return idata, info, flat, best.x
+                      ConvergenceWarning, stacklevel=4)
+    return best.x, {"inference": "map", "solver": "lbfgs", "restart_logps": np.asarray(logps),
+                    "optimizer_iterations": best.n_iter, "optimizer_evaluations": best.n_evals,
+                    "optimizer_message": best.message, "optimizer_success": int(best.success),
+                    "map_logp": best.logp}
 
 
 def _gaussian_draws(built: BuiltModel, flat: FlatLogp, mode: np.ndarray,

@@ -26,13 +26,13 @@ from bayesmv.components.likelihoods import (
     class_probabilities,
     log_hinge_probability,
 )
+from bayesmv.components.linear import to_dense
 from bayesmv.data import MultiViewData, ViewStandardizer, label_tasks
 from bayesmv.inference import engines
 from bayesmv.inference.predict import GraphPredictor
+from bayesmv.inference.sample import check_nuts_sampler
 from bayesmv.models.base import BaseMultiViewClassifier, register, thinned_draws
 from bayesmv.params import check_positive
-
-_NUTS_SAMPLERS = ("pymc", "nutpie", "numpyro", "blackjax")
 
 
 def default_builder() -> ModelBuilder:
@@ -138,9 +138,7 @@ class MultiViewClassifier(BaseMultiViewClassifier):
         check_positive("tol", self.tol)
         if not 0 < float(self.target_accept) < 1:
             raise ValueError(f"target_accept must lie in (0, 1), got {self.target_accept!r}")
-        if self.nuts_sampler not in _NUTS_SAMPLERS:
-            raise ValueError(f"nuts_sampler must be one of {_NUTS_SAMPLERS}, got "
-                             f"{self.nuts_sampler!r}")
+        check_nuts_sampler(self.nuts_sampler, require_installed=False)
 
     def _seeded_builder(self) -> ModelBuilder:
         """A copy of the builder whose pieces' unset ``random_seed`` come from
@@ -188,9 +186,7 @@ class MultiViewClassifier(BaseMultiViewClassifier):
                     model=" + ".join(type(p).__name__ for p in builder.pieces))
         for key, value in info.items():
             idata.posterior.attrs[key] = value
-        training = {f"train_view_{v}": (("train_row", f"train_view_{v}_column"),
-                                         np.asarray(X_v.toarray() if hasattr(X_v, "toarray")
-                                                    else X_v))
+        training = {f"train_view_{v}": (("train_row", f"train_view_{v}_column"), to_dense(X_v))
                     for v, X_v in enumerate(train.views)}
         training["train_observed"] = (("train_row", "view"), train.observed.astype(np.int8))
         training["train_targets"] = (("train_row", "task"), targets)
