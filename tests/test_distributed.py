@@ -197,17 +197,32 @@ def test_chain_tasks_use_the_clients_blas_threads(client):
         assert before == after == 1 and inside == n
 
 
-def _page_faults_of_array_churn(relax: bool) -> int:
-    import resource
+def _mmapped_arrays_of_array_churn(relax: bool) -> int:
+    """How many of 200 mid-sized arrays glibc served with a fresh mmap, read from the
+    allocator itself (``mallinfo2().hblks``): page-fault counters are zero in some
+    sandboxes, the allocator's own count is not."""
+    import ctypes
 
     from bayesmv.distributed import _relaxed_malloc
 
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_size_t) for name in
+                    ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
+                     "uordblks", "fordblks", "keepcost")]
+
+    libc = ctypes.CDLL(None)
+    if not hasattr(libc, "mallinfo2"):
+        pytest.skip("glibc older than 2.33 has no mallinfo2")
+    libc.mallinfo2.restype = MallInfo2
+
     def churn() -> int:
-        start = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        mmapped = 0
         for _ in range(200):
+            before = libc.mallinfo2().hblks
             a = np.ones(64 * 1024)  # 512 KiB: above glibc's frozen 128 KiB mmap threshold
+            mmapped += libc.mallinfo2().hblks > before
             del a
-        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - start
+        return mmapped
 
     if not relax:
         return churn()
@@ -220,15 +235,17 @@ def _page_faults_of_array_churn(relax: bool) -> int:
 def test_chain_tasks_undo_the_workers_malloc_trimming(client):
     """Dask's nanny sets MALLOC_TRIM_THRESHOLD_, which freezes glibc's mmap threshold at
     128 KiB: every mid-sized array is a fresh mmap that page-faults on first touch (a chain
-    ran 1.7× slower on a worker).  Inside a chain task the array churn stops faulting, and
-    the worker's own setting is back afterwards."""
+    ran 1.7× slower on a worker).  Inside a chain task the arrays come from the heap again,
+    and the worker's own setting is back afterwards."""
     if not all(client.run(lambda: os.environ.get("MALLOC_TRIM_THRESHOLD_")).values()):
         pytest.skip("this Dask no longer starts workers with MALLOC_TRIM_THRESHOLD_")
-    plain, relaxed, again = (client.submit(_page_faults_of_array_churn, r, pure=False).result()
+    plain, relaxed, again = (client.submit(_mmapped_arrays_of_array_churn, r, pure=False).result()
                              for r in (False, True, False))
-    assert plain > 200 * 100      # 128 pages of 4 KiB per array, every time
-    assert relaxed < plain / 20
-    assert again > 200 * 100
+    # hblks counts the whole process's mmapped blocks: the worker's own threads may free one
+    # while the churn runs, so allow a few either way
+    assert plain >= 180
+    assert relaxed <= 5
+    assert again >= 180
 
 
 def test_a_chain_alone_is_that_chain_of_the_full_run(toy):
