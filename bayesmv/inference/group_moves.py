@@ -12,53 +12,11 @@ scale mixes in a few sweeps.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
+from bayesmv.components.features import fourier_features_of_phases
 from bayesmv.inference.gibbs import GibbsBlockStep
-
-
-def slice_sample_independent(log_density: Callable[[np.ndarray], np.ndarray], x0: np.ndarray,
-                             width: float, rng: np.random.Generator,
-                             max_steps_out: int = 64) -> np.ndarray:
-    """One univariate slice-sampling update (Neal 2003) of each coordinate of ``x0``.
-
-    ``log_density(x)`` returns one value per coordinate and coordinate i's value may depend
-    on ``x[i]`` only (independent one-dimensional targets, updated together).  Stepping out
-    uses the randomised split of at most ``max_steps_out`` steps, so each update leaves its
-    target invariant.
-    """
-    x0 = np.asarray(x0, dtype=float)
-    level = log_density(x0) - rng.exponential(size=x0.shape)
-    left = x0 - width * rng.uniform(size=x0.shape)
-    right = left + width
-    left_steps = np.floor(max_steps_out * rng.uniform(size=x0.shape))
-    right_steps = max_steps_out - 1 - left_steps
-    for _ in range(max_steps_out):
-        grow = (left_steps > 0) & (log_density(left) > level)
-        if not grow.any():
-            break
-        left = np.where(grow, left - width, left)
-        left_steps -= grow
-    for _ in range(max_steps_out):
-        grow = (right_steps > 0) & (log_density(right) > level)
-        if not grow.any():
-            break
-        right = np.where(grow, right + width, right)
-        right_steps -= grow
-    x, pending = x0.copy(), np.ones(x0.shape, dtype=bool)
-    while pending.any():
-        proposal = left + rng.uniform(size=x0.shape) * (right - left)
-        inside = log_density(proposal) > level
-        take = pending & inside
-        x[take] = proposal[take]
-        shrink = pending & ~inside
-        below = shrink & (proposal < x0)
-        left = np.where(below, proposal, left)
-        right = np.where(shrink & ~below, proposal, right)
-        pending &= ~inside
-    return x
+from bayesmv.inference.slice import slice_sample_independent
 
 
 def latent_scale_log_ratio(spec, nat: dict, log_g: np.ndarray) -> np.ndarray:
@@ -114,3 +72,133 @@ class LatentScaleMove(GibbsBlockStep):
                                          np.zeros(s.latent_dim), width, self.rng)
         new = apply_latent_scale(s, point, nat, np.exp(log_g))
         return new, [{"latent_scale_change": float(np.max(np.abs(log_g)))}]
+
+
+def frequency_scale_log_density(spec, nat: dict, log_c: float) -> float:
+    """log[π(moved) × Jacobian] of ``(Ω, μ, σ²) → (cΩ, cμ, c²σ²)`` with β and H held, up to a
+    constant: the hinge at the moved frequencies plus the spectral prior's own ratio (see its
+    ``rescale``)."""
+    c = float(np.exp(log_c))
+    S = c * (nat["H"] @ nat["Omega"].T)
+    f = fourier_features_of_phases(np.cos(S), np.sin(S)) @ nat["beta"].T
+    logl = -2.0 * spec.C * np.sum(np.maximum(0.0, 1.0 - spec.targets * f))
+    return float(logl + spec.spectral.rescale(nat, c)[1])
+
+
+class FrequencyScaleMove(GibbsBlockStep):
+    """The kernel's bandwidth under the hinge itself: ``(Ω, μ, σ²) → (cΩ, cμ, c²σ²)`` with β
+    and H held, log c drawn from its exact conditional by slice sampling (Liu & Sabatti 2000).
+
+    :class:`BetaLambdaGibbs` makes the same move with β integrated out given the hinge's
+    augmentation λ, which pins every decision value near its current one, so the bandwidth
+    moved by small steps; given β instead, only the points inside the margin resist a change
+    of c.
+    """
+
+    stats_dtypes_shapes = {"frequency_scale_change": (float, [])}
+
+    def step(self, point):
+        s, nat = self.spec, self.spec.natural(point)
+        # log c moves by about 0.015 per sweep on the digits; 0.1 brackets it in one step
+        log_c = slice_sample_independent(
+            lambda x: np.array([frequency_scale_log_density(s, nat, x[0])]), np.zeros(1),
+            0.1, self.rng)
+        c = float(np.exp(log_c[0]))
+        new = dict(point)
+        new["Omega"] = c * nat["Omega"]
+        updates, _ = s.spectral.rescale(nat, c)
+        if "dp_mu" in updates:
+            new["dp_mu"] = updates["dp_mu"]
+            new["dp_sigma2_log__"] = np.log(updates["dp_sigma2"])
+        return new, [{"frequency_scale_change": float(abs(log_c[0]))}]
+
+
+def _rotate_pairs(X: np.ndarray, pairs: np.ndarray, theta: np.ndarray) -> np.ndarray:
+    """X with column pairs (a, b) replaced by ``(cos θ x_a - sin θ x_b, sin θ x_a + cos θ x_b)``
+    (the latent rotation ``h → R h`` read on a matrix whose rows pair with h: ``X Rᵀ``)."""
+    a, b = pairs[:, 0], pairs[:, 1]
+    c, s = np.cos(theta), np.sin(theta)
+    out = X.copy()
+    out[..., a] = c * X[..., a] - s * X[..., b]
+    out[..., b] = s * X[..., a] + c * X[..., b]
+    return out
+
+
+def latent_rotation_log_density(spec, nat: dict, prior_mean: np.ndarray,
+                                prior_precision: np.ndarray, pairs: np.ndarray,
+                                theta: np.ndarray) -> np.ndarray:
+    """Per pair of latent columns, the log density (up to a constant) of rotating that pair by
+    θ in H, every W_v and Ω together.
+
+    ``h → R h`` with ``W_v → W_v Rᵀ`` and ``Ω → Ω Rᵀ`` leaves every ``W_v h`` and ``Ω h`` (so
+    every likelihood term and decision value) and H's N(0, I) prior unchanged, with unit
+    Jacobian; what changes are the ARD prior of the loadings, N(0, 1/r_vj) per column, and the
+    frequencies' prior, here one Gaussian per entry (``prior_mean``, ``prior_precision``:
+    the DP mixture given its assignments).  Both factor over columns, so disjoint pairs are
+    independent.
+    """
+    a, b = pairs[:, 0], pairs[:, 1]
+    logp = np.zeros(len(pairs))
+    for v in range(spec.n_views):
+        W = _rotate_pairs(nat[f"W_{v}"], pairs, theta)
+        r = nat["r"][v]
+        logp -= 0.5 * (r[a] * np.sum(W[:, a] ** 2, axis=0) + r[b] * np.sum(W[:, b] ** 2, axis=0))
+    Omega = _rotate_pairs(nat["Omega"], pairs, theta)
+    quad = prior_precision * (Omega - prior_mean) ** 2
+    return logp - 0.5 * (np.sum(quad[:, a], axis=0) + np.sum(quad[:, b], axis=0))
+
+
+def draw_rotation_angles(spec, nat: dict, prior_mean: np.ndarray, prior_precision: np.ndarray,
+                         pairs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """One exact update of each pair's angle (from 0, the current orientation) under
+    :func:`latent_rotation_log_density`.
+
+    That density is quadratic in (cos θ, sin θ), exactly a trigonometric polynomial of degree
+    2, so five evaluations give it everywhere; a slice over one whole period, randomly placed,
+    needs no stepping out.
+    """
+    knots = np.arange(5) * (2.0 * np.pi / 5)
+    values = np.array([latent_rotation_log_density(spec, nat, prior_mean, prior_precision,
+                                                   pairs, np.full(len(pairs), t))
+                       for t in knots])
+    coef = np.linalg.solve(_trig_basis(knots).T, values)     # (5, n_pairs)
+    return slice_sample_independent(lambda t: np.einsum("kp,kp->p", _trig_basis(t), coef),
+                                    np.zeros(len(pairs)), 2.0 * np.pi, rng, max_steps_out=1)
+
+
+class LatentRotationMove(GibbsBlockStep):
+    """Rotations of pairs of latent columns in (H, W, Ω): a move along the group orbit that
+    leaves every likelihood term unchanged.
+
+    The latent's orientation is not identified, and only the loadings' ARD prior and the
+    frequencies' prior see it; the other blocks update H given W and W given H, so the
+    orientation (and the per-view loading norms and ARD precisions that depend on it) moved
+    by tiny steps.  Each sweep pairs the columns at random and draws each pair's angle from
+    its exact conditional on the circle (uniform Haar measure, unit Jacobian; Liu & Sabatti
+    2000) by slice sampling over a whole period, given the DP assignments drawn fresh.
+    """
+
+    stats_dtypes_shapes = {"latent_rotation": (float, [])}
+
+    def step(self, point):
+        s, nat = self.spec, self.spec.natural(point)
+        m = s.latent_dim
+        if m < 2:
+            return dict(point), [{"latent_rotation": 0.0}]
+        pairs = self.rng.permutation(m)[: 2 * (m // 2)].reshape(-1, 2)
+        mean, precision = s.spectral.entrywise_gaussian(nat, self.rng)
+        theta = draw_rotation_angles(s, nat, mean, precision, pairs, self.rng)
+        new = dict(point)
+        new["H"] = _rotate_pairs(nat["H"], pairs, theta)
+        new["Omega"] = _rotate_pairs(nat["Omega"], pairs, theta)
+        for v in range(s.n_views):
+            new[f"W_{v}"] = _rotate_pairs(nat[f"W_{v}"], pairs, theta)
+        angle = np.abs((theta + np.pi) % (2.0 * np.pi) - np.pi)
+        return new, [{"latent_rotation": float(np.max(angle))}]
+
+
+def _trig_basis(theta: np.ndarray) -> np.ndarray:
+    """Rows 1, cos θ, sin θ, cos 2θ, sin 2θ for each angle: (5, len(θ))."""
+    theta = np.asarray(theta, dtype=float)
+    return np.stack([np.ones_like(theta), np.cos(theta), np.sin(theta), np.cos(2 * theta),
+                     np.sin(2 * theta)])

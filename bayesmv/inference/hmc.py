@@ -124,11 +124,30 @@ class _HMCStep(GibbsBlockStep):
         mom += 0.5 * eps * g
         return x, p0, mom, lp0, lp1
 
+    #: trajectory length in quarter periods of the unit oscillator
+    quarter_periods = 1.0
+
     def _trajectory(self) -> tuple[float, int]:
         eps = min(self.adapt.step_size(self.tune), 2.0)
         # a quarter period of the unit oscillator decorrelates a N(0, I) factor; jitter it
-        length = self.rng.uniform(0.6, 1.0) * np.pi / 2
+        length = self.rng.uniform(0.6, 1.0) * np.pi / 2 * self.quarter_periods
         return eps, int(np.clip(np.ceil(length / eps), 1, self.max_steps))
+
+    def _transition(self, target, x0: np.ndarray) -> tuple[np.ndarray, bool, dict]:
+        """One Metropolis-corrected HMC transition from x0 (step size adapted while tuning):
+        the kept point, whether the proposal was accepted, and the step's sampler stats."""
+        eps, n_steps = self._trajectory()
+        x, p0, mom, lp0, lp1 = self._leapfrog(target, x0, eps, n_steps)
+        log_ratio = (lp1 - 0.5 * np.sum(mom**2)) - (lp0 - 0.5 * np.sum(p0**2))
+        if not np.isfinite(log_ratio):
+            log_ratio = -np.inf
+        accept_prob = float(np.exp(min(log_ratio, 0.0)))
+        accepted = bool(np.log(self.rng.uniform()) < log_ratio)
+        if self.tune:
+            self.adapt.update(accept_prob)
+        return (x if accepted else x0), accepted, {
+            "step_size": eps, "accept": accept_prob, "n_steps": n_steps,
+            "diverging": bool(log_ratio < -self.max_energy_error)}
 
 
 class WhitenedLatentTarget:
@@ -317,22 +336,96 @@ class FrequencyHMC(_HMCStep):
         if self.tune:
             self._adapt_mass(nat["Omega"], target.scale)
         theta0 = nat["Omega"] / target.scale
-        eps, n_steps = self._trajectory()
-        theta, p0, mom, lp0, lp1 = self._leapfrog(target, theta0, eps, n_steps)
-        log_ratio = (lp1 - 0.5 * np.sum(mom**2)) - (lp0 - 0.5 * np.sum(p0**2))
-        if not np.isfinite(log_ratio):
-            log_ratio = -np.inf
-        accept_prob = float(np.exp(min(log_ratio, 0.0)))
+        kept, accepted, stats = self._transition(target, theta0)
         new = dict(point)
-        kept = theta if np.log(self.rng.uniform()) < log_ratio else theta0
-        new["Omega"] = kept * target.scale if kept is theta else nat["Omega"]
-        if self.tune:
-            self.adapt.update(accept_prob)
+        new["Omega"] = kept * target.scale if accepted else nat["Omega"]
         new["beta"] = np.array([draw_gaussian_from_precision(mean, chol, self.rng)
                                 for mean, chol in target.beta_conditionals(kept)])
         if collapsed:
             mu, sigma2 = draw_components(new["Omega"], z, K, sp.kappa0, sp.a0, sp.b0(m),
                                          self.rng)
             new["dp_mu"], new["dp_sigma2_log__"] = mu, np.log(sigma2)
-        return new, [{"step_size": eps, "accept": accept_prob, "n_steps": n_steps,
-                      "diverging": bool(log_ratio < -self.max_energy_error)}]
+        return new, [stats]
+
+
+class CoefficientTarget:
+    """log p(β | Ω, H) with the hinge's augmentation λ integrated out, whitened by ``A = LLᵀ``.
+
+    ``β_t = L_t^{-T} ξ_t`` per task; the density is the Gaussian prior times the hinge
+    pseudo-likelihood itself (piecewise linear in β, so its gradient is bounded).
+    """
+
+    def __init__(self, Phi: np.ndarray, targets: np.ndarray, C: float, v, chols: list) -> None:
+        self.Phi, self.targets, self.C, self.chols = Phi, targets, C, chols
+        self.v = np.asarray(v, dtype=float)
+
+    def to_beta(self, xi: np.ndarray) -> np.ndarray:
+        return np.array([linalg.solve_triangular(L.T, x, lower=False)
+                         for L, x in zip(self.chols, xi, strict=True)])
+
+    def to_xi(self, beta: np.ndarray) -> np.ndarray:
+        return np.array([L.T @ b for L, b in zip(self.chols, beta, strict=True)])
+
+    def logp_grad(self, xi: np.ndarray, dtype=np.float64) -> tuple[float, np.ndarray]:
+        beta = self.to_beta(xi)
+        F = self.Phi @ beta.T
+        margin = 1.0 - self.targets * F
+        active = margin > 0
+        logp = -0.5 * float(np.sum(self.v * beta**2)) - 2.0 * self.C * float(
+            np.sum(np.where(active, margin, 0.0)))
+        grad_beta = -self.v * beta + (2.0 * self.C * self.targets * active).T @ self.Phi
+        grad = np.array([linalg.solve_triangular(L, g, lower=True)
+                         for L, g in zip(self.chols, grad_beta, strict=True)])
+        return logp, grad
+
+
+class CoefficientHMC(_HMCStep):
+    """HMC for β on its conditional with λ integrated out (the hinge itself).
+
+    The exact-Gibbs pair β | λ, λ | β is a data augmentation, and its two halves are strongly
+    coupled: given λ each decision value is pinned to within ``√λ_n / C`` of its current
+    value, so f moves by a random walk (on the digits, with Ω and H held fixed, the minimum
+    effective sample size of f was 90 in 1000 sweeps).  This step moves β on the marginal
+    ``p(β | Ω, H)``, preconditioned by the augmented precision ``A = vI + C² Φᵀ diag(1/λ̄) Φ``
+    at the tuning-average λ̄ (frozen after tuning, so the mass matrix never depends on β).
+    """
+
+    # the hinge is flat beyond the margin, so the posterior is wider than A⁻¹ there: three
+    # quarter periods (about 28 leapfrog steps) gave a min ESS of f of 779 in 1000 moves with
+    # Ω and H fixed, against 67 for one quarter period and 313 for three short moves
+    quarter_periods = 3.0
+
+    def __init__(self, vars, spec, max_steps: int = 64, **kwargs):
+        super().__init__(vars, spec, max_steps=max_steps, **kwargs)
+        self._reset_weights()
+
+    def _reset_weights(self):
+        self._lam_sum, self._lam_count = 0.0, 0
+
+    def reset_tuning(self):
+        super().reset_tuning()
+        self._reset_weights()
+
+    def step(self, point):
+        s, nat = self.spec, self.spec.natural(point)
+        Phi = fourier_features(nat["H"], nat["Omega"])
+        beta0 = nat["beta"]
+        if self.tune:
+            # E[λ_n | f] = 1 + C|1 - y f| (λ ~ GIG(1/2, 1, a²)), averaged over tuning
+            margin = 1.0 - s.targets * (Phi @ beta0.T)
+            self._lam_sum = self._lam_sum + 1.0 + s.C * np.abs(margin)
+            self._lam_count += 1
+        lam_bar = self._lam_sum / max(self._lam_count, 1) if self._lam_count else \
+            np.ones_like(s.targets, dtype=float)
+        v = nat["v"]
+        chols = []
+        for t in range(s.targets.shape[1]):
+            prec = s.C**2 * (Phi.T @ (Phi / lam_bar[:, t][:, None]))
+            prec[np.diag_indices_from(prec)] += v
+            chols.append(linalg.cholesky(prec, lower=True))
+        target = CoefficientTarget(Phi, s.targets, s.C, v, chols)
+        xi, accepted, stats = self._transition(target, target.to_xi(beta0))
+        new = dict(point)
+        if accepted:
+            new["beta"] = target.to_beta(xi)
+        return new, [stats]
