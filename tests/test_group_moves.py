@@ -14,6 +14,7 @@ from bayesmv.inference.group_moves import (
     _rotate_pairs,
     apply_latent_scale,
     draw_rotation_angles,
+    frequency_prior_given_assignments,
     frequency_scale_log_density,
     latent_rotation_log_density,
     latent_scale_log_ratio,
@@ -114,7 +115,7 @@ def test_latent_rotation_density_is_the_joint_change(model):
     both written here with scipy)."""
     built, point, logp, spec = model
     nat = spec.natural(point)
-    mean, precision = spec.spectral.entrywise_gaussian(nat, np.random.default_rng(3))
+    mean, precision = frequency_prior_given_assignments(spec, nat, np.random.default_rng(3))
     pairs = np.array([[1, 0]])
     rng = np.random.default_rng(4)
     thetas = rng.uniform(-np.pi, np.pi, size=4)
@@ -147,7 +148,7 @@ def test_latent_rotation_draws_each_angle_from_its_circular_conditional(model):
     point = built.initial_values(rng)
     point["r_log__"] = rng.normal(size=point["r_log__"].shape)
     nat = spec.natural(point)
-    mean, precision = spec.spectral.entrywise_gaussian(nat, rng)
+    mean, precision = frequency_prior_given_assignments(spec, nat, rng)
     pairs = np.array([[2, 0], [1, 3]])
     draws = np.array([draw_rotation_angles(spec, nat, mean, precision, pairs, rng)
                       for _ in range(1500)])

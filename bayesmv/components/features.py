@@ -172,11 +172,6 @@ class GaussianSpectral(Component):
     def prior_scale(self, draw: dict, m: int) -> np.ndarray:
         return np.full(m, self.scale(m))
 
-    def entrywise_gaussian(self, draw: dict, rng) -> tuple[np.ndarray, np.ndarray]:
-        """Ω's prior as one Gaussian per entry: (means, precisions), each shaped like Ω."""
-        Omega = draw["Omega"]
-        return np.zeros_like(Omega), np.full_like(Omega, self.scale(Omega.shape[1]) ** -2)
-
     def rescale(self, draw: dict, c) -> tuple[dict, float | np.ndarray]:
         """Scale the frequencies by c; return the scaled draw's spectral parameters and the
         log of [prior ratio × Jacobian] of the move Ω → cΩ (see BetaLambdaGibbs).
@@ -268,14 +263,6 @@ class DPMixtureSpectral(Component):
         resp = np.exp(comp - total)  # (M, K)
         grad = -np.einsum("jk,jkd->jd", resp, (Omega[:, None, :] - mu[None]) / sigma2[None])
         return float(total.sum()), grad
-
-    def entrywise_gaussian(self, draw: dict, rng) -> tuple[np.ndarray, np.ndarray]:
-        """Ω's prior as one Gaussian per entry given the assignments z, drawn here from their
-        exact conditional: (means μ_z, precisions 1/σ²_z), each shaped like Ω."""
-        logits = _component_logp_np(draw["Omega"], draw["dp_mu"], draw["dp_sigma2"])
-        logits = logits + np.log(np.maximum(draw["dp_weights"], 1e-300))
-        z = np.argmax(logits + rng.gumbel(size=logits.shape), axis=1)
-        return draw["dp_mu"][z], 1.0 / draw["dp_sigma2"][z]
 
     def rescale(self, draw: dict, c) -> tuple[dict, float | np.ndarray]:
         """Joint move (Ω, μ, σ²) → (cΩ, cμ, c²σ²): new (μ, σ²) and log[prior ratio × Jacobian].

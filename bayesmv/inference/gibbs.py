@@ -181,17 +181,14 @@ class BetaLambdaGibbs(GibbsBlockStep):
         logm, conditionals = collapsed_log_marginal(Phi, s.targets, lams, s.C, nat["v"])
         new = dict(point)
         c = float(np.exp(self.rng.normal(0.0, np.exp(self.log_scale_sd))))
-        updates, log_prior_jac = s.spectral.rescale(nat, c)
+        log_prior_jac = s.spectral.rescale(nat, c)[1]
         logm_c, conditionals_c = collapsed_log_marginal(
             fourier_features(H, c * Omega), s.targets, lams, s.C, nat["v"])
         log_ratio = logm_c - logm + log_prior_jac
         accepted = bool(np.log(self.rng.uniform()) < log_ratio)
         if accepted:
             conditionals = conditionals_c
-            new["Omega"] = c * Omega
-            if "dp_mu" in updates:
-                new["dp_mu"] = updates["dp_mu"]
-                new["dp_sigma2_log__"] = np.log(updates["dp_sigma2"])
+            new = s.scaled_frequencies(new, nat, c)
         if self.tune:  # Robbins–Monro towards the 1-D optimum acceptance 0.44
             rate = float(np.exp(min(log_ratio, 0.0)))
             self.iteration += 1

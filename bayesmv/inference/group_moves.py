@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from bayesmv.components.features import fourier_features_of_phases
-from bayesmv.inference.gibbs import GibbsBlockStep
+from bayesmv.components.features import fourier_features
+from bayesmv.components.likelihoods import hinge_log_pseudolikelihood
+from bayesmv.inference.gibbs import GibbsBlockStep, draw_assignments
 from bayesmv.inference.slice import slice_sample_independent
 
 
@@ -40,16 +41,11 @@ def latent_scale_log_ratio(spec, nat: dict, log_g: np.ndarray) -> np.ndarray:
 
 def apply_latent_scale(spec, point: dict, nat: dict, g: np.ndarray) -> dict:
     """The point (value space) moved by the per-column factors g (see latent_scale_log_ratio)."""
-    new = dict(point)
+    new = spec.scaled_frequencies(point, nat, g)
     new["H"] = nat["H"] / g
     for v in range(spec.n_views):
         new[f"W_{v}"] = nat[f"W_{v}"] * g
     new["r_log__"] = point["r_log__"] - 2.0 * np.log(g)
-    new["Omega"] = nat["Omega"] * g
-    updates, _ = spec.spectral.rescale(nat, g)
-    if "dp_mu" in updates:
-        new["dp_mu"] = updates["dp_mu"]
-        new["dp_sigma2_log__"] = np.log(updates["dp_sigma2"])
     return new
 
 
@@ -79,9 +75,8 @@ def frequency_scale_log_density(spec, nat: dict, log_c: float) -> float:
     constant: the hinge at the moved frequencies plus the spectral prior's own ratio (see its
     ``rescale``)."""
     c = float(np.exp(log_c))
-    S = c * (nat["H"] @ nat["Omega"].T)
-    f = fourier_features_of_phases(np.cos(S), np.sin(S)) @ nat["beta"].T
-    logl = -2.0 * spec.C * np.sum(np.maximum(0.0, 1.0 - spec.targets * f))
+    f = fourier_features(nat["H"], c * nat["Omega"]) @ nat["beta"].T
+    logl = np.sum(hinge_log_pseudolikelihood(f, spec.targets, spec.C))
     return float(logl + spec.spectral.rescale(nat, c)[1])
 
 
@@ -103,14 +98,21 @@ class FrequencyScaleMove(GibbsBlockStep):
         log_c = slice_sample_independent(
             lambda x: np.array([frequency_scale_log_density(s, nat, x[0])]), np.zeros(1),
             0.1, self.rng)
-        c = float(np.exp(log_c[0]))
-        new = dict(point)
-        new["Omega"] = c * nat["Omega"]
-        updates, _ = s.spectral.rescale(nat, c)
-        if "dp_mu" in updates:
-            new["dp_mu"] = updates["dp_mu"]
-            new["dp_sigma2_log__"] = np.log(updates["dp_sigma2"])
+        new = s.scaled_frequencies(point, nat, float(np.exp(log_c[0])))
         return new, [{"frequency_scale_change": float(abs(log_c[0]))}]
+
+
+def frequency_prior_given_assignments(spec, nat: dict, rng) -> tuple[np.ndarray, np.ndarray]:
+    """Ω's prior as one Gaussian per entry, each shaped like Ω: (means, precisions).
+
+    Under the DP mixture that is the prior given the assignments z, drawn here from their
+    exact conditional (μ_z, 1/σ²_z); under the Gaussian spectral density it is the prior.
+    """
+    Omega = nat["Omega"]
+    if not spec.is_dp:
+        return np.zeros_like(Omega), np.full_like(Omega, spec.spectral.scale(Omega.shape[1]) ** -2)
+    z = draw_assignments(Omega, nat["dp_weights"], nat["dp_mu"], nat["dp_sigma2"], rng)
+    return nat["dp_mu"][z], 1.0 / nat["dp_sigma2"][z]
 
 
 def _rotate_pairs(X: np.ndarray, pairs: np.ndarray, theta: np.ndarray) -> np.ndarray:
@@ -186,7 +188,7 @@ class LatentRotationMove(GibbsBlockStep):
         if m < 2:
             return dict(point), [{"latent_rotation": 0.0}]
         pairs = self.rng.permutation(m)[: 2 * (m // 2)].reshape(-1, 2)
-        mean, precision = s.spectral.entrywise_gaussian(nat, self.rng)
+        mean, precision = frequency_prior_given_assignments(s, nat, self.rng)
         theta = draw_rotation_angles(s, nat, mean, precision, pairs, self.rng)
         new = dict(point)
         new["H"] = _rotate_pairs(nat["H"], pairs, theta)

@@ -22,6 +22,7 @@ from scipy import linalg
 
 from bayesmv.components.features import fourier_features, fourier_features_of_phases
 from bayesmv.components.latent import latent_gaussian
+from bayesmv.components.likelihoods import hinge_log_pseudolikelihood
 from bayesmv.inference.gibbs import (
     GibbsBlockStep,
     collapsed_frequency_prior,
@@ -369,10 +370,9 @@ class CoefficientTarget:
     def logp_grad(self, xi: np.ndarray, dtype=np.float64) -> tuple[float, np.ndarray]:
         beta = self.to_beta(xi)
         F = self.Phi @ beta.T
-        margin = 1.0 - self.targets * F
-        active = margin > 0
-        logp = -0.5 * float(np.sum(self.v * beta**2)) - 2.0 * self.C * float(
-            np.sum(np.where(active, margin, 0.0)))
+        logp = (-0.5 * float(np.sum(self.v * beta**2))
+                + float(np.sum(hinge_log_pseudolikelihood(F, self.targets, self.C))))
+        active = self.targets * F < 1.0
         grad_beta = -self.v * beta + (2.0 * self.C * self.targets * active).T @ self.Phi
         grad = np.array([linalg.solve_triangular(L, g, lower=True)
                          for L, g in zip(self.chols, grad_beta, strict=True)])
@@ -415,8 +415,8 @@ class CoefficientHMC(_HMCStep):
             margin = 1.0 - s.targets * (Phi @ beta0.T)
             self._lam_sum = self._lam_sum + 1.0 + s.C * np.abs(margin)
             self._lam_count += 1
-        lam_bar = self._lam_sum / max(self._lam_count, 1) if self._lam_count else \
-            np.ones_like(s.targets, dtype=float)
+        lam_bar = (self._lam_sum / self._lam_count if self._lam_count
+                   else np.ones_like(s.targets, dtype=float))
         v = nat["v"]
         chols = []
         for t in range(s.targets.shape[1]):

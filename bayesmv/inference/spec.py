@@ -83,6 +83,17 @@ class HybridSpec:
             nat["dp_mu"] = point["dp_mu"]
         return nat
 
+    def scaled_frequencies(self, point: dict, nat: dict, c) -> dict:
+        """The point with ``Ω → cΩ`` and the spectral prior's parameters moved with it (see
+        the spectral density's ``rescale``); ``c`` is one factor or one per latent column."""
+        new = dict(point)
+        new["Omega"] = nat["Omega"] * c
+        updates, _ = self.spectral.rescale(nat, c)
+        if "dp_mu" in updates:
+            new["dp_mu"] = updates["dp_mu"]
+            new["dp_sigma2_log__"] = np.log(updates["dp_sigma2"])
+        return new
+
     @staticmethod
     def encode_positive(x) -> np.ndarray:
         return np.log(np.asarray(x, dtype=float))
