@@ -239,6 +239,9 @@ def test_chain_tasks_undo_the_workers_malloc_trimming(client):
     and the worker's own setting is back afterwards."""
     if not all(client.run(lambda: os.environ.get("MALLOC_TRIM_THRESHOLD_")).values()):
         pytest.skip("this Dask no longer starts workers with MALLOC_TRIM_THRESHOLD_")
+    # fresh workers: a heap that earlier tasks left with free chunks of 512 KiB or more serves
+    # the churn's arrays from those chunks, without mmap, whatever the threshold
+    client.restart()
     plain, relaxed, again = (client.submit(_mmapped_arrays_of_array_churn, r, pure=False).result()
                              for r in (False, True, False))
     # hblks counts the whole process's mmapped blocks: the worker's own threads may free one
