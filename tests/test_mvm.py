@@ -63,7 +63,7 @@ def views_data(rng, n, sizes):
 
 
 def built_model(X, y, **params):
-    est = MVM(standardize=False, **params)
+    est = MVM(standardize=False, **{"loss": "logistic", **params})
     return est, est.build_model(X, y)
 
 
@@ -213,7 +213,7 @@ def test_map_recovers_planted_interaction_where_linear_fails():
     u = [rng.standard_normal(5), rng.standard_normal(4)]
     y = ((X[0] @ u[0]) * (X[1] @ u[1]) > 0).astype(int)
     tr, te = slice(0, 500), slice(500, None)
-    est = MVM(rank=4, random_seed=0).fit([x[tr] for x in X], y[tr])
+    est = MVM(rank=4, loss="logistic", random_seed=0).fit([x[tr] for x in X], y[tr])
     acc = est.score([x[te] for x in X], y[te])
     Z = np.hstack(X)
     linear = LogisticRegression().fit(Z[tr], y[tr]).score(Z[te], y[te])
@@ -233,15 +233,16 @@ def test_single_view_map_is_penalised_logistic_regression():
     y = (rng.random(n) < expit(X @ rng.standard_normal(D) + 0.5)).astype(int)
     Z = np.hstack([X, np.ones((n, 1))])
     k, s = 3, 0.7
-    est = MVM(rank=k, prior_scale=s, standardize=False, random_seed=0, tol=1e-12).fit([X], y)
+    est = MVM(rank=k, loss="logistic", prior_scale=s, standardize=False, random_seed=0,
+              tol=1e-12).fit([X], y)
     ref = LogisticRegression(C=k * s**2, fit_intercept=False, tol=1e-12, max_iter=10000)
     ref.fit(Z, y)
     np.testing.assert_allclose(est.decision_function([X]), ref.decision_function(Z),
                                atol=1e-5)
     np.testing.assert_allclose(est.factors_[0].sum(axis=1), ref.coef_[0], atol=1e-5)
     s1 = 0.05
-    est = MVM(rank=2, prior="laplace", prior_scale=s1, standardize=False, random_seed=0,
-              tol=1e-12).fit([X], y)
+    est = MVM(rank=2, loss="logistic", prior="laplace", prior_scale=s1, standardize=False,
+              random_seed=0, tol=1e-12).fit([X], y)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ref = LogisticRegression(penalty="l1", solver="liblinear", C=s1, fit_intercept=False,
@@ -281,7 +282,8 @@ def test_linear_truth_matches_logistic_regression():
     logit = X[0] @ rng.standard_normal(4) + X[1] @ rng.standard_normal(3) + 0.3
     y = (rng.random(n + nt) < expit(logit)).astype(int)
     tr, te = slice(0, n), slice(n, None)
-    est = MVM(rank=4, random_seed=0, standardize=False).fit([x[tr] for x in X], y[tr])
+    est = MVM(rank=4, loss="logistic", random_seed=0, standardize=False).fit(
+        [x[tr] for x in X], y[tr])
     Z = np.hstack(X)
     ref = LogisticRegression(C=1.0).fit(Z[tr], y[tr])
     p_mvm = est.predict_proba([x[te] for x in X])[:, 1]
@@ -297,8 +299,8 @@ def test_l1_map_satisfies_optimality_conditions():
     X = views_data(rng, 200, (6, 5))
     y = ((X[0][:, 0] + 0.5) * (X[1][:, 1] - 0.3) > 0).astype(int)
     s = 0.3
-    est = MVM(rank=2, prior="laplace", prior_scale=s, standardize=False, random_seed=1,
-              tol=1e-12, max_iter=5000).fit(X, y)
+    est = MVM(rank=2, loss="logistic", prior="laplace", prior_scale=s, standardize=False,
+              random_seed=1, tol=1e-12, max_iter=5000).fit(X, y)
     built = est.build_model(X, y)
     flat = FlatLogp(built.model, jacobian=False)
     point = {f"A_{v}": est.factors_[v][None] for v in range(2)}
@@ -319,7 +321,7 @@ def test_dense_and_sparse_inputs_give_the_same_fit(monkeypatch):
                        data_rvs=lambda m: rng.standard_normal(m)).toarray()
              for i, d in enumerate((8, 6, 5))]
     y = ((dense[0][:, :3].sum(1) + 0.1) * (dense[1][:, :2].sum(1) - 0.1) > 0).astype(int)
-    params = dict(rank=3, random_seed=3, standardize=False, tol=1e-12)
+    params = dict(rank=3, loss="logistic", random_seed=3, standardize=False, tol=1e-12)
     a = MVM(**params).fit(dense, y)
     sparse = [sp.csr_matrix(x) for x in dense]
 
@@ -381,7 +383,7 @@ def test_laplace_approximation():
     rng = np.random.default_rng(9)
     X = views_data(rng, 200, (3, 3))
     y = ((X[0] @ [1, -1, 0.5]) * (X[1] @ [0.5, 1, 1]) > 0).astype(int)
-    mp = MVM(rank=3, random_seed=0).fit(X, y)
+    mp = MVM(rank=3, loss="logistic", random_seed=0).fit(X, y)
     full = MVM(rank=3, random_seed=0, inference="laplace", draws=300).fit(X, y)
     diag = MVM(rank=3, random_seed=0, inference="laplace", draws=300,
                laplace_curvature="diagonal").fit(X, y)
@@ -478,7 +480,7 @@ def test_laplace_predictive_is_the_linearised_gaussian(kind):
         warnings.filterwarnings("ignore", message="The Laplace approximation")
         if kind == "logistic":
             y = (rng.random(120) < expit(signal)).astype(int)
-            mp = MVM(rank=2, random_seed=0, standardize=False).fit(X, y)
+            mp = MVM(rank=2, loss="logistic", random_seed=0, standardize=False).fit(X, y)
             est = MVM(inference="laplace", **params).fit(X, y)
         else:
             y = 2.0 * signal + rng.standard_normal(120)
@@ -533,7 +535,7 @@ def test_laplace_keeps_map_accuracy_on_uci_digits():
     X, y = load_multiple_features(classes=(3, 5))
     tr, te = train_test_split(np.arange(len(y)), test_size=0.5, stratify=y, random_state=0)
     Xtr, Xte = [x[tr] for x in X], [x[te] for x in X]
-    params = dict(rank=4, max_iter=100, random_seed=0)
+    params = dict(rank=4, loss="logistic", max_iter=100, random_seed=0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # max_iter reached; the Laplace k̂ warning
         mp = MVM(**params).fit(Xtr, y[tr])

@@ -48,6 +48,9 @@ PRESETS = {
                         "beta": ("task", "feature"), "f": ("sample", "task")}),
     "MVM": (MVM, {}, {"A_0": ("task", "z_0", "rank"), "A_1": ("task", "z_1", "rank"),
                       "f": ("sample", "task")}),
+    "MVM-logistic": (MVM, {"loss": "logistic"},
+                     {"A_0": ("task", "z_0", "rank"), "A_1": ("task", "z_1", "rank"),
+                      "f": ("sample", "task")}),
     "MVML": (MVML, {}, {"A_chol": ("task", "metric_entry"), "g": ("task", "nystrom_feature"),
                         "f": ("sample", "task")}),
     "MVLSVM": (MVLSVM, {}, {"beta": ("task", "feature"), "bias": ("task",),
@@ -62,9 +65,11 @@ WIDE_FLAT = {"MVML": ("A_chol", "g"), "MVLSVM": ("bias",), "RhoTMVRKM": ("b",)}
 #: z_v = [x_v; 1], rank 8)
 _M3LAK = {"latent": 10, "frequency": 50, "feature": 101}
 LENGTHS = {"M3LAK": {**_M3LAK, "component": 20}, "M3LAK-gaussian": _M3LAK,
-           "MVLSVM": {"feature": 2 * N_SAMPLES}, "MVM": {"z_0": 6, "z_1": 5, "rank": 8}}
-#: presets whose graph has an observed variable (the others' likelihood is a potential)
-OBSERVED = {"MVM": ("sample", "task"), "MVML": ("sample", "task"),
+           "MVLSVM": {"feature": 2 * N_SAMPLES}, "MVM": {"z_0": 6, "z_1": 5, "rank": 8},
+           "MVM-logistic": {"z_0": 6, "z_1": 5, "rank": 8}}
+#: presets whose graph has an observed variable (the others' likelihood is a potential, such
+#: as the hinge of M3LAK and of the default MVM's MAP)
+OBSERVED = {"MVM-logistic": ("sample", "task"), "MVML": ("sample", "task"),
             "RhoTMVRKM": ("task", "sample")}
 
 
@@ -147,7 +152,7 @@ def test_prior_draws_have_the_priors_mean_and_variance(built):
     if name == "M3LAK":
         sticks = post["dp_sticks"].values[0].reshape(DRAWS, -1)          # Beta(1, α)
         _assert_mean(sticks.mean(axis=1), 1.0 / (1.0 + est.alpha))
-    if name == "MVM":
+    if name in ("MVM", "MVM-logistic"):
         A = post["A_0"].values[0].reshape(DRAWS, -1)                    # N(0, prior_scale²)
         _assert_mean(A.mean(axis=1), 0.0)
         _assert_mean((A**2).mean(axis=1), est.prior_scale**2)

@@ -59,7 +59,7 @@ from bayesmv.inference.sample import check_nuts_sampler, run_sampler
 from bayesmv.models.base import BaseMultiViewClassifier, register, thinned_draws
 from bayesmv.params import check_positive, check_random_seed
 
-_LOSSES = ("logistic", "hinge", "squared")
+_LOSSES = ("auto", "logistic", "hinge", "squared")
 _INFERENCE = ("map", "laplace", "nuts")
 _CURVATURES = ("auto", "full", "diagonal")
 #: slope of the squared loss's link: the σ = 1 Gaussian normalised over ±1 is sigmoid(2ŷ)
@@ -428,10 +428,20 @@ class MVM(_MVMCore, BaseMultiViewClassifier):
     ----------
     rank : int, default 8
         Number of factors k.
-    loss : {"logistic", "hinge", "squared"}, default "logistic"
+    loss : {"auto", "logistic", "hinge", "squared"}, default "auto"
         Bernoulli-logit likelihood; the hinge pseudo-likelihood ``exp(-2C max(0, 1 - y ŷ))``
-        (M³LAK's :class:`~bayesmv.components.HingeLikelihood`); or a Gaussian N(ŷ, 1) on the
-        ±1 labels (least squares).
+        (M³LAK's :class:`~bayesmv.components.HingeLikelihood`, with its normalised
+        probability ``p(y | ŷ)`` as :meth:`predict_proba`); or a Gaussian N(ŷ, 1) on the ±1
+        labels (least squares).  ``"auto"`` (the fitted choice is ``loss_``) is the hinge for
+        ``inference="map"`` and the logistic otherwise (a Laplace approximation needs the
+        curvature the hinge lacks).  Why the hinge for the MAP: the CP prior's penalty on
+        the size of ``ŷ`` grows only like ``|ŷ|^{2/V}`` (the V factors of a product share
+        it), too weakly to stop the logistic loss from driving ``ŷ`` out on (nearly)
+        separable data, while the hinge stops at the margin.  On the UCI digits (split seeds
+        200-202, six views) the hinge MAP scored 0.9875 / 0.9875 / 1.000 / 0.9958 / 0.9825
+        on 3 vs 5, 2 vs 3, 1 vs 7, 6 vs 9 and 0-4 vs 5-9 against the logistic MAP's 0.942 /
+        0.950 / 0.979 and tuned logistic regression's 0.971 / 0.992 / 1.000 / 0.996 / 0.977,
+        and 0.975 against 0.945 on all ten digits (one split).
     prior : {"normal", "laplace"}, default "normal"
         Prior of every factor entry: N(0, s²) (L2 penalty ``Σ a²/(2s²)``) or Laplace(0, s)
         (L1 penalty ``Σ |a|/s``; the MAP is solved exactly, zeros included).
@@ -470,7 +480,7 @@ class MVM(_MVMCore, BaseMultiViewClassifier):
     random_seed : int or None
         The same seed gives the same start, fit and predictions.
     C : float, default 1.0
-        Hinge constant (``loss="hinge"`` only).
+        Hinge constant (the hinge loss only, including ``loss="auto"`` with the MAP).
     scale_prior : (alpha, beta) or None
         Gamma(α, β) hyper-prior per view on the prior's precision 1/s² (normal) or rate 1/s
         (laplace), estimated with the factors.
@@ -533,7 +543,7 @@ class MVM(_MVMCore, BaseMultiViewClassifier):
     def __init__(
         self,
         rank: int = 8,
-        loss: str = "logistic",
+        loss: str = "auto",
         prior: str = "normal",
         prior_scale: float = 1.0,
         inference: str = "map",
@@ -581,17 +591,25 @@ class MVM(_MVMCore, BaseMultiViewClassifier):
         self.standardize = standardize
 
     def _loss(self) -> str:
+        if self.loss == "auto":
+            return "hinge" if self.inference == "map" else "logistic"
         return self.loss
+
+    @property
+    def loss_(self) -> str:
+        """The likelihood fitted: ``loss`` with ``"auto"`` resolved."""
+        self._check_fitted()
+        return self._loss()
 
     def _validate_params(self) -> None:
         super()._validate_params()
-        if self.loss == "hinge":
+        if self._loss() == "hinge":
             check_positive("C", self.C)
 
     def _likelihood(self):
-        if self.loss == "logistic":
+        if self._loss() == "logistic":
             return LogisticLikelihood()
-        if self.loss == "hinge":
+        if self._loss() == "hinge":
             return HingeLikelihood(self.C)
         return GaussianLikelihood(sigma=1.0)
 
@@ -657,17 +675,17 @@ class MVM(_MVMCore, BaseMultiViewClassifier):
     # ----------------------------------------------------------- prediction
     def _log_probability(self, f: np.ndarray) -> np.ndarray:
         """``log p(y = +1 | f)`` (finite where the probability underflows)."""
-        if self.loss == "logistic":
+        if self._loss() == "logistic":
             return log_expit(f)
-        if self.loss == "hinge":
+        if self._loss() == "hinge":
             return log_hinge_probability(f, self.C)
         return log_expit(_SQUARED_SLOPE * f)
 
     def _link_inverse(self, log_odds: np.ndarray) -> np.ndarray:
         """The ``ŷ`` whose probability (:meth:`_log_probability`) has the given log-odds."""
-        if self.loss == "logistic":
+        if self._loss() == "logistic":
             return log_odds
-        if self.loss == "hinge":
+        if self._loss() == "hinge":
             return hinge_decision_value(log_odds, self.C)
         return log_odds / _SQUARED_SLOPE
 
