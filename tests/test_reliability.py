@@ -696,6 +696,23 @@ def test_a_thinned_m3lak_predicts_from_the_kept_draws(mcmc_fitted, tmp_path):
     np.testing.assert_array_equal(loaded.decision_function(Xt), reduced.decision_function(Xt))
 
 
+def test_saving_the_draws_prediction_uses_predicts_identically(mcmc_fitted, tmp_path):
+    """Prediction averages over ``max_predict_draws // chains`` evenly spaced draws of every
+    chain, the draws ``save(max_draws=...)`` keeps: such a file predicts exactly as the fit
+    (what the ``bayesmv`` command saves)."""
+    import copy
+
+    est = copy.copy(mcmc_fitted["M3LAK"]).set_params(max_predict_draws=8)  # 2 chains × 21
+    Xt, _ = make_data(n=12, seed=9)
+    loaded = bayesmv.load(est.save(tmp_path / "thin.nc", max_draws=4))
+    assert loaded.idata_.posterior.sizes["draw"] == 4
+    np.testing.assert_array_equal(loaded.predict_proba(Xt), est.predict_proba(Xt))
+    np.testing.assert_array_equal(loaded.decision_function(Xt), est.decision_function(Xt))
+    # with more draws per chain the predictions average over more of them and differ
+    wider = bayesmv.load(est.save(tmp_path / "wider.nc", max_draws=8))
+    assert not np.array_equal(wider.predict_proba(Xt), est.predict_proba(Xt))
+
+
 def test_include_training_data_stores_the_standardised_training_views(fitted, tmp_path):
     X, _ = make_data()
     est = fitted["M3LAK"]
