@@ -34,6 +34,7 @@ from bayesmv.datasets import load_multiple_features
 from bayesmv.diagnostics.convergence import ConvergenceWarning
 from bayesmv.diagnostics.report import report as write_html_report
 from bayesmv.diagnostics.report import wall_time_summary
+from bayesmv.models.base import prediction_draws_per_chain
 from bayesmv.models.m3lak import M3LAK
 
 __all__ = ["QUICK", "build_parser", "main", "parse_args", "run", "wilson_interval"]
@@ -335,9 +336,10 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> JobResult:
 
     output = Path(args.output)
     output.parent.mkdir(parents=True, exist_ok=True)
-    # the draws the predictions use (every chain's evenly spaced max_predict_draws / chains):
-    # the loaded model predicts exactly as this one, from a file a twentieth the size
-    est.save(output, max_draws=max(1, est.max_predict_draws // est.chains))
+    # only the draws the predictions use: the loaded model predicts exactly as this one,
+    # from a file a twentieth the size
+    est.save(output, max_draws=prediction_draws_per_chain(
+        est.max_predict_draws, est.idata_.posterior.sizes["chain"]))
     html_report = output.with_name(output.stem + "-report.html")
     lo, hi = baseline_scores["wilson"]
     report_started = time.perf_counter()

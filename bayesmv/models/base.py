@@ -261,11 +261,11 @@ class BaseMultiViewClassifier(ClassifierMixin, BaseEstimator):
             of every posterior group (``posterior``, ``sample_stats``...); the kept draws keep
             their ``draw`` coordinates and ``posterior.attrs['saved_draws_of']`` records how
             many there were.  None keeps every draw, and the loaded model then predicts
-            bit-identically; so does ``max_draws = max_predict_draws // chains``, the draws
-            prediction averages over (see :func:`thinned_draws`).  A model thinned further
-            predicts from the kept draws only (as if it had been fitted with them), so
-            Monte-Carlo averages such as ``predict_proba`` of :class:`M3LAK` or a Laplace
-            :class:`MVM` change by their Monte-Carlo error.
+            bit-identically; so does ``max_draws = max_predict_draws // chains``, the
+            draws prediction averages over (see :func:`prediction_draws_per_chain`).  A model
+            thinned further predicts from the kept draws only (as if it had been fitted with
+            them), so Monte-Carlo averages such as ``predict_proba`` of :class:`M3LAK` or a
+            Laplace :class:`MVM` change by their Monte-Carlo error.
 
         Returns
         -------
@@ -322,16 +322,21 @@ class BaseMultiViewClassifier(ClassifierMixin, BaseEstimator):
         return load(path, expected=cls)
 
 
+def prediction_draws_per_chain(limit: int, n_chains: int) -> int:
+    """How many draws of each chain prediction keeps when it may use ``limit`` in all."""
+    return max(1, limit // n_chains)
+
+
 def thinned_draws(posterior: xr.Dataset, names: list[str], limit: int
                   ) -> dict[str, np.ndarray]:
-    """The same evenly spaced draws of every chain, ``limit // chains`` of each (at least
-    one), chains stacked: ``{name: array (n_kept, *shape)}``, the same draws for every name.
+    """The same evenly spaced draws of every chain, :func:`prediction_draws_per_chain` of
+    each, chains stacked: ``{name: array (n_kept, *shape)}``, the same draws for every name.
 
-    They are the draws ``save(max_draws=limit // chains)`` keeps, so a model saved that way
-    predicts exactly as the fitted one.
+    They are the draws ``save(max_draws=prediction_draws_per_chain(limit, chains))`` keeps,
+    so a model saved that way predicts exactly as the fitted one.
     """
     n_chains, n_draws = posterior.sizes["chain"], posterior.sizes["draw"]
-    keep = _evenly_spaced(n_draws, max(1, limit // n_chains))
+    keep = _evenly_spaced(n_draws, prediction_draws_per_chain(limit, n_chains))
     return {n: posterior[n].values[:, keep].reshape((n_chains * len(keep),)
                                                     + posterior[n].shape[2:])
             for n in names}
