@@ -46,8 +46,8 @@ __all__ = ["QUICK", "build_parser", "main", "parse_args", "run", "wilson_interva
 _ARVIZ_REFACTOR = r"\s*ArviZ is undergoing a major refactor"
 
 #: settings of ``--quick``: a real fit that finishes in a few minutes on two cores
-QUICK: dict[str, int] = {"draws": 150, "tune": 150, "chains": 2, "n_features": 50,
-                         "latent_dim": 10}
+QUICK: dict[str, int | str] = {"draws": 150, "tune": 150, "chains": 2, "n_features": 50,
+                               "latent_dim": "auto"}
 _TUNED = tuple(QUICK)
 
 _TEST_SIZE = 0.25
@@ -291,7 +291,9 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> JobResult:
     report.line("sampler", args.sampler)
     report.line("draws / tune", f"{args.draws} / {args.tune} per chain")
     report.line("chains / cores", f"{args.chains} / {args.cores}")
-    report.line("latent_dim", args.latent_dim)
+    m, K = est._latent().dims([view.shape[1] for view in views])
+    report.line("latent_dim", f"{m} (auto)" if args.latent_dim == "auto" else m)
+    report.line("view_latent_dim", f"{K} (auto)")
     report.line("n_features", args.n_features)
     report.line("seed", args.seed)
 

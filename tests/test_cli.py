@@ -37,7 +37,7 @@ def test_quick_preset_and_explicit_options_win():
     args = cli.parse_args(["--quick"])
     assert {k: getattr(args, k) for k in cli.QUICK} == cli.QUICK
     assert cli.QUICK == {"draws": 150, "tune": 150, "chains": 2, "n_features": 50,
-                         "latent_dim": 10}
+                         "latent_dim": "auto"}
     args = cli.parse_args(["--quick", "--draws", "400", "--latent-dim", "4"])
     assert args.draws == 400 and args.latent_dim == 4
     assert args.tune == 150 and args.n_features == 50

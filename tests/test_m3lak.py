@@ -222,6 +222,38 @@ def test_hybrid_and_nuts_target_the_same_posterior():
     assert np.all(se_h < 0.1) and np.all(se_n < 0.1) and np.ptp(m_h) > 1.0
 
 
+@pytest.mark.parametrize("view_sizes", [(76, 216, 64, 240, 47, 6), (10, 10, 10), (5, 4),
+                                        (3, 2), (30, 8), (1000, 2)])
+def test_auto_latent_dims_leave_a_typical_view_out_of_exact_reach(view_sizes):
+    """The latent (m + K dimensions) cannot reproduce the median view, the shared latent keeps
+    the paper's order of size where the views allow it, and both are at least 1."""
+    from bayesmv.components.latent import auto_latent_dims
+
+    m, K = auto_latent_dims(view_sizes)
+    typical = np.median(view_sizes)
+    assert m >= 1 and K >= 1
+    assert m <= 10 and K <= 5
+    if typical >= 4:
+        assert m + K < typical
+    if typical >= 20:
+        assert m == 10
+
+
+def test_latent_dims_auto_is_resolved_from_the_views_and_explicit_sizes_are_kept():
+    X, y = _toy(n=30, seed=4)
+    sizes = [x.shape[1] for x in X]
+    est = M3LAK(**dict(TINY, latent_dim="auto", view_latent_dim="auto"), random_seed=0)
+    with pytest.warns(ConvergenceWarning):
+        est.fit(X, y)
+    m, K = est.latent_dims_
+    post = est.idata_.posterior
+    assert post["W_0"].shape[-2:] == (sizes[0], m) and post["V_0"].shape[-1] == K
+    assert m + K < np.median(sizes)
+    assert M3LAK(latent_dim=3, view_latent_dim=2)._latent().dims(sizes) == (3, 2)
+    with pytest.raises(ValueError, match="latent_dim must be a positive integer or 'auto'"):
+        M3LAK(latent_dim="big").fit(X, y)
+
+
 def test_sampler_is_a_deprecated_alias_of_inference():
     est = M3LAK(sampler="nuts")
     with pytest.warns(FutureWarning, match="use inference"):

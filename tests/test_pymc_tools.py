@@ -60,10 +60,10 @@ PRESETS = {
 }
 #: the flat priors of each preset's graph (WideFlat stand-ins)
 WIDE_FLAT = {"MVML": ("A_chol", "g"), "MVLSVM": ("bias",), "RhoTMVRKM": ("b",)}
-#: dimension lengths the default parameters imply (M³LAK: m = 10, M = 50 frequencies, 2M + 1
-#: features, K = 20 components; MVLSVM: all 60 rows as landmarks, per view; MVM:
-#: z_v = [x_v; 1], rank 8)
-_M3LAK = {"latent": 10, "frequency": 50, "feature": 101}
+#: dimension lengths the default parameters imply (M³LAK: m = 2, "auto" on views of 5 and 4,
+#: M = 50 frequencies, 2M + 1 features, K = 20 components; MVLSVM: all 60 rows as landmarks,
+#: per view; MVM: z_v = [x_v; 1], rank 8)
+_M3LAK = {"latent": 2, "frequency": 50, "feature": 101}
 LENGTHS = {"M3LAK": {**_M3LAK, "component": 20}, "M3LAK-gaussian": _M3LAK,
            "MVLSVM": {"feature": 2 * N_SAMPLES}, "MVM": {"z_0": 6, "z_1": 5, "rank": 8},
            "MVM-logistic": {"z_0": 6, "z_1": 5, "rank": 8}}
@@ -142,7 +142,7 @@ def test_prior_draws_have_the_priors_mean_and_variance(built):
         _assert_mean(beta.mean(axis=1), 0.0)
         _assert_mean((beta**2).mean(axis=1), 1.0 / est.v)
         omega = post["Omega"].values[0].reshape(DRAWS, -1)
-        m = est.latent_dim
+        m = len(model.coords["latent"])
         # Gaussian: N(0, bandwidth²/m); DP mixture: E[σ²](1 + 1/κ₀) with E[σ²] =
         # bandwidth²/m
         var = est.bandwidth**2 / m * (1.0 if est.spectral == "gaussian"

@@ -60,15 +60,36 @@ def latent_precision(G: list, mask, xp=np):
     return P
 
 
+#: the largest shared and view-specific latent dimensions that "auto" chooses
+AUTO_LATENT_DIM, AUTO_VIEW_LATENT_DIM = 10, 5
+
+
+def auto_latent_dims(view_sizes) -> tuple[int, int]:
+    """The shared and view-specific latent dimensions ``(m, K)`` that ``"auto"`` chooses.
+
+    ``m = min(10, D/2)`` and ``K = min(5, max(1, D/2 - m))`` with D the median view size
+    (rounded down), so that ``m + K`` stays at about half of a typical view.  A latent that
+    can reproduce a view exactly (``m + K ≥ D_v``) lets that view's noise precision grow
+    without bound and splits what the view says between ``h`` and ``u_v`` in many nearly
+    equivalent ways that the sampler crosses only rarely: on scikit-learn's breast-cancer
+    data as three views of 10 (mean, standard error, worst), m = 10, K = 5 gave R-hat of the
+    decision values up to 1.9 with an ESS of 3, and m = 5, K = 1 gave 1.01-1.11.
+    """
+    half = int(np.median(np.asarray(view_sizes))) // 2
+    m = max(1, min(AUTO_LATENT_DIM, half))
+    return m, max(1, min(AUTO_VIEW_LATENT_DIM, half - m))
+
+
 class SharedLatent(Component):
     """Shared latent-variable representation (M³LAK's efficient multi-view LVM).
 
     Parameters
     ----------
-    latent_dim : int
-        Dimension ``m`` of the shared latent ``h``.
-    view_latent_dim : int
-        Dimension ``K`` of each view-specific latent ``u_v`` (low-rank view noise).
+    latent_dim : int or "auto"
+        Dimension ``m`` of the shared latent ``h``; ``"auto"``: see :func:`auto_latent_dims`.
+    view_latent_dim : int or "auto"
+        Dimension ``K`` of each view-specific latent ``u_v`` (low-rank view noise);
+        ``"auto"``: see :func:`auto_latent_dims`.
     a_r, b_r : float
         Gamma shape and rate of the ARD precisions of the columns of ``W_v``.
     a_tau, b_tau : float
@@ -95,22 +116,29 @@ class SharedLatent(Component):
         self.b_tau = b_tau
         self.eta = eta
 
+    def dims(self, view_sizes) -> tuple[int, int]:
+        """``(m, K)`` for views of these sizes, with ``"auto"`` resolved."""
+        auto_m, auto_k = auto_latent_dims(view_sizes)
+        return (auto_m if self.latent_dim == "auto" else int(self.latent_dim),
+                auto_k if self.view_latent_dim == "auto" else int(self.view_latent_dim))
+
     # ------------------------------------------------------------------ graph
     consumes = (VIEWS,)
     produces = LATENT
 
     def build(self, ctx: BuildContext, upstream=None) -> pt.TensorVariable:
         data = ctx.data
-        n, m, K = data.n_samples, self.latent_dim, self.view_latent_dim
+        m, K = self.dims(_view_sizes(data))
+        n = data.n_samples
         ctx.add_coord("latent", m)
         if ctx.predicting:
             return self._build_new_rows(ctx)
         H = pm.Normal("H", 0.0, 1.0, shape=(n, m), dims=("sample", "latent"))
-        tau, r = self._precisions(data.n_views)
+        tau, r = self._precisions(data.n_views, m)
         for v, Xv in enumerate(data.views):
             idx = np.flatnonzero(data.observed[:, v])
             X_obs = pm.Data(f"X_{v}", Xv[idx])
-            W, V = self._loadings(v, Xv.shape[1], r)
+            W, V = self._loadings(v, Xv.shape[1], r, m, K)
             H_obs = H[idx]
             if ctx.augmented:
                 U = pm.Normal(f"U_{v}", 0.0, 1.0, shape=(idx.size, K))
@@ -120,17 +148,17 @@ class SharedLatent(Component):
                 pm.Potential(f"x_{v}_loglik", collapsed_view_logp(X_obs, H_obs, W, V, tau[v]))
         return H
 
-    def _precisions(self, n_views: int):
+    def _precisions(self, n_views: int, m: int):
         """The view noise precisions τ and the loadings' ARD precisions r."""
         tau = pm.Gamma("tau", alpha=self.a_tau, beta=self.b_tau, shape=n_views, dims="view")
-        r = pm.Gamma("r", alpha=self.a_r, beta=self.b_r, shape=(n_views, self.latent_dim),
+        r = pm.Gamma("r", alpha=self.a_r, beta=self.b_r, shape=(n_views, m),
                      dims=("view", "latent"))
         return tau, r
 
-    def _loadings(self, v: int, D: int, r):
+    def _loadings(self, v: int, D: int, r, m: int, K: int):
         """View v's shared and view-specific loadings ``W_v`` (D × m) and ``V_v`` (D × K)."""
-        W = pm.Normal(f"W_{v}", 0.0, 1.0 / pt.sqrt(r[v]), shape=(D, self.latent_dim))
-        V = pm.Normal(f"V_{v}", 0.0, self.eta**-0.5, shape=(D, self.view_latent_dim))
+        W = pm.Normal(f"W_{v}", 0.0, 1.0 / pt.sqrt(r[v]), shape=(D, m))
+        V = pm.Normal(f"V_{v}", 0.0, self.eta**-0.5, shape=(D, K))
         return W, V
 
     def _build_new_rows(self, ctx: BuildContext) -> pt.TensorVariable:
@@ -139,11 +167,11 @@ class SharedLatent(Component):
         ``P = L Lᵀ`` per missing-view pattern and ``ε`` the input ``latent_noise`` (standard
         normals, one matrix per posterior draw, fed by the predictor)."""
         data = ctx.data
-        n, m = data.n_samples, self.latent_dim
-        tau, r = self._precisions(data.n_views)
+        n, (m, K) = data.n_samples, self.dims(_view_sizes(data))
+        tau, r = self._precisions(data.n_views, m)
         G, b = [], pt.zeros((n, m))
         for v, Xv in enumerate(data.views):
-            W, V = self._loadings(v, Xv.shape[1], r)
+            W, V = self._loadings(v, Xv.shape[1], r, m, K)
             Gv, Qv = view_noise_terms(W, V, tau[v], xp=pt)
             G.append(Gv)
             rows = data.observed[:, v].astype(float)[:, None]
@@ -170,7 +198,7 @@ class SharedLatent(Component):
         fit puts every chain in the basin of the posterior without fixing its rotation.
         """
         data = ctx.data
-        m, K = self.latent_dim, self.view_latent_dim
+        m, K = self.dims(_view_sizes(data))
         # Column-mean imputation of missing rows only for the start; the model never sees it.
         Z = np.concatenate([np.where(data.observed[:, [v]], np.nan_to_num(Xv), 0.0)
                             for v, Xv in enumerate(data.views)], axis=1)
@@ -242,3 +270,7 @@ def latent_gaussian(draw: dict, observed_views, observed_index, patterns: np.nda
         rows = pattern_of_row == p
         mean[rows] = linalg.cho_solve((chols[p], True), b[rows].T).T
     return mean, chols
+
+
+def _view_sizes(data) -> list[int]:
+    return [Xv.shape[1] for Xv in data.views]

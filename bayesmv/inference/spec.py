@@ -44,11 +44,12 @@ class HybridSpec:
         rep, fmap, comb, lik = b.representation, b.feature_map, b.combiner, b.likelihood
         idx = tuple(np.flatnonzero(data.observed[:, v]) for v in range(data.n_views))
         patterns, pattern = np.unique(data.observed, axis=0, return_inverse=True)
+        latent_dim, view_latent_dim = rep.dims([X.shape[1] for X in data.views])
         return cls(
             views=tuple(np.ascontiguousarray(X[i]) for X, i in zip(data.views, idx, strict=True)),
             observed_index=idx, patterns=patterns, pattern_of_row=pattern.reshape(-1),
-            targets=built.context.targets, C=float(lik.C), latent_dim=rep.latent_dim,
-            view_latent_dim=rep.view_latent_dim, n_features=fmap.n_features, a_r=rep.a_r,
+            targets=built.context.targets, C=float(lik.C), latent_dim=latent_dim,
+            view_latent_dim=view_latent_dim, n_features=fmap.n_features, a_r=rep.a_r,
             b_r=rep.b_r, a_tau=rep.a_tau, b_tau=rep.b_tau, eta=rep.eta, spectral=fmap.spectral_,
             prior_precision=comb.prior_precision, precision_prior=comb.precision_prior,
         )
