@@ -19,7 +19,6 @@ import warnings
 
 import numpy as np
 from sklearn.calibration import CalibratedClassifierCV
-from sklearn.datasets import load_breast_cancer
 from sklearn.metrics import brier_score_loss
 from sklearn.model_selection import GridSearchCV, train_test_split
 from sklearn.pipeline import make_pipeline
@@ -27,7 +26,11 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.svm import SVC, LinearSVC
 
 from bayesmv import M3LAK
-from bayesmv.datasets import load_multiple_features, make_nonlinear_latent
+from bayesmv.datasets import (
+    load_breast_cancer_views,
+    load_multiple_features,
+    make_nonlinear_latent,
+)
 from bayesmv.diagnostics import ConvergenceWarning
 
 
@@ -37,8 +40,7 @@ def tasks(quick: bool):
         yield f"UCI {digits[0]} vs {digits[1]}", X, (y == digits[1]).astype(int), 0.25
     # a second real data set: each sample's ten nucleus measurements as three views (their
     # means, standard errors and worst values), bundled with scikit-learn
-    cancer = load_breast_cancer()
-    yield "breast cancer", [cancer.data[:, k:k + 10] for k in (0, 10, 20)], cancer.target, 0.25
+    yield "breast cancer", *load_breast_cancer_views(), 0.25
     for shape in ["quadratic", "circle", "xor"]:
         X, y = make_nonlinear_latent(n_samples=1000, view_dims=(100, 50),
                                      nonlinearity=shape, random_state=0)

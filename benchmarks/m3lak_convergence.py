@@ -28,11 +28,10 @@ import warnings
 import arviz as az
 import numpy as np
 import xarray as xr
-from sklearn.datasets import load_breast_cancer
 from sklearn.model_selection import train_test_split
 
 from bayesmv import M3LAK
-from bayesmv.datasets import load_multiple_features
+from bayesmv.datasets import load_breast_cancer_views, load_multiple_features
 from bayesmv.diagnostics.ppc import calibration
 
 
@@ -45,8 +44,7 @@ def _summary(name: str, x: np.ndarray) -> str:
 def load_task(name: str) -> tuple[list[np.ndarray], np.ndarray]:
     """The views and labels of a benchmark task (see the module docstring)."""
     if name == "breast-cancer":
-        data = load_breast_cancer()
-        return [data.data[:, k:k + 10] for k in (0, 10, 20)], data.target
+        return load_breast_cancer_views()
     return load_multiple_features(classes=(3, 5))
 
 

@@ -169,3 +169,20 @@ def test_lvm_scalar_tau_and_errors():
         make_lvm_classification(tau=(1.0, 2.0, 3.0))
     with pytest.raises(ValueError, match="positive and finite"):
         make_lvm_classification(tau=(1.0, 0.0))
+
+
+def test_breast_cancer_views_are_scikit_learns_means_errors_and_worst_values():
+    from sklearn.datasets import load_breast_cancer
+
+    from bayesmv.datasets import BREAST_CANCER_VIEWS, load_breast_cancer_views
+
+    views, y = load_breast_cancer_views()
+    reference = load_breast_cancer()
+    assert [v.shape for v in views] == [(569, 10)] * 3
+    np.testing.assert_array_equal(np.hstack(views), reference.data)
+    np.testing.assert_array_equal(y, reference.target)
+    names = reference.feature_names
+    assert all(n.startswith("mean ") for n in names[:10])
+    assert all(n.endswith(" error") for n in names[10:20])
+    assert all(n.startswith("worst ") for n in names[20:])
+    assert BREAST_CANCER_VIEWS == ("mean", "standard error", "worst")

@@ -128,11 +128,11 @@ class SharedLatent(Component):
 
     def build(self, ctx: BuildContext, upstream=None) -> pt.TensorVariable:
         data = ctx.data
-        m, K = self.dims(_view_sizes(data))
+        m, K = self.dims(data.view_sizes)
         n = data.n_samples
         ctx.add_coord("latent", m)
         if ctx.predicting:
-            return self._build_new_rows(ctx)
+            return self._build_new_rows(ctx, m, K)
         H = pm.Normal("H", 0.0, 1.0, shape=(n, m), dims=("sample", "latent"))
         tau, r = self._precisions(data.n_views, m)
         for v, Xv in enumerate(data.views):
@@ -161,13 +161,13 @@ class SharedLatent(Component):
         V = pm.Normal(f"V_{v}", 0.0, self.eta**-0.5, shape=(D, K))
         return W, V
 
-    def _build_new_rows(self, ctx: BuildContext) -> pt.TensorVariable:
+    def _build_new_rows(self, ctx: BuildContext, m: int, K: int) -> pt.TensorVariable:
         """The latent of new rows as a graph of the global parameters: one draw from the exact
         conditional ``p(h | x, W, V, τ)`` (labels unseen), ``h = P⁻¹b + L⁻ᵀε`` with
         ``P = L Lᵀ`` per missing-view pattern and ``ε`` the input ``latent_noise`` (standard
         normals, one matrix per posterior draw, fed by the predictor)."""
         data = ctx.data
-        n, (m, K) = data.n_samples, self.dims(_view_sizes(data))
+        n = data.n_samples
         tau, r = self._precisions(data.n_views, m)
         G, b = [], pt.zeros((n, m))
         for v, Xv in enumerate(data.views):
@@ -198,7 +198,7 @@ class SharedLatent(Component):
         fit puts every chain in the basin of the posterior without fixing its rotation.
         """
         data = ctx.data
-        m, K = self.dims(_view_sizes(data))
+        m, K = self.dims(data.view_sizes)
         # Column-mean imputation of missing rows only for the start; the model never sees it.
         Z = np.concatenate([np.where(data.observed[:, [v]], np.nan_to_num(Xv), 0.0)
                             for v, Xv in enumerate(data.views)], axis=1)
@@ -270,7 +270,3 @@ def latent_gaussian(draw: dict, observed_views, observed_index, patterns: np.nda
         rows = pattern_of_row == p
         mean[rows] = linalg.cho_solve((chols[p], True), b[rows].T).T
     return mean, chols
-
-
-def _view_sizes(data) -> list[int]:
-    return [Xv.shape[1] for Xv in data.views]

@@ -2,6 +2,8 @@
 
 * :func:`load_multiple_features` -- the UCI Multiple Features handwritten digits (six views,
   CC BY 4.0; see ``data/README-uci-multiple-features.md`` for attribution).
+* :func:`load_breast_cancer_views` -- scikit-learn's Wisconsin diagnostic breast-cancer data
+  as three views (the ten nucleus measurements' means, standard errors and worst values).
 * :func:`make_nonlinear_latent` -- views driven by a shared latent variable whose label is a
   nonlinear function of it.
 * :func:`make_lvm_classification` -- exact draws from the linear-Gaussian latent model that
@@ -19,7 +21,9 @@ import numpy as np
 import pandas as pd
 
 __all__ = [
+    "BREAST_CANCER_VIEWS",
     "MULTIPLE_FEATURES_VIEWS",
+    "load_breast_cancer_views",
     "load_multiple_features",
     "make_lvm_classification",
     "make_nonlinear_latent",
@@ -27,6 +31,9 @@ __all__ = [
 
 #: View names of the UCI Multiple Features data, in the default order.
 MULTIPLE_FEATURES_VIEWS: tuple[str, ...] = ("fou", "fac", "kar", "pix", "zer", "mor")
+
+#: View names of :func:`load_breast_cancer_views`, in order.
+BREAST_CANCER_VIEWS: tuple[str, ...] = ("mean", "standard error", "worst")
 
 _NONLINEARITIES = ("quadratic", "circle", "xor", "linear")
 
@@ -46,6 +53,27 @@ def _read_mfeat(view: str) -> tuple[np.ndarray, np.ndarray]:
     features.flags.writeable = False
     labels.flags.writeable = False
     return features, labels
+
+
+def load_breast_cancer_views() -> tuple[list[np.ndarray], np.ndarray]:
+    """scikit-learn's Wisconsin diagnostic breast-cancer data (569 samples) as three views.
+
+    Each sample's ten cell-nucleus measurements (radius, texture, perimeter, ...) are given as
+    their mean, standard error and worst value over the nuclei of the image: three views of
+    10 features each (:data:`BREAST_CANCER_VIEWS`).  Labels are scikit-learn's (1 benign,
+    0 malignant).  The data ship with scikit-learn; nothing is downloaded.
+
+    Returns
+    -------
+    views : list of three (569, 10) arrays
+    y : (569,) integer array
+    """
+    from sklearn.datasets import load_breast_cancer
+
+    data = load_breast_cancer()
+    width = data.data.shape[1] // len(BREAST_CANCER_VIEWS)
+    views = [data.data[:, k * width:(k + 1) * width] for k in range(len(BREAST_CANCER_VIEWS))]
+    return views, data.target
 
 
 def load_multiple_features(
