@@ -45,8 +45,10 @@ __all__ = ["QUICK", "build_parser", "main", "parse_args", "run", "wilson_interva
 # this filter covers re-imports only; the import-time one must be filtered there.)
 _ARVIZ_REFACTOR = r"\s*ArviZ is undergoing a major refactor"
 
-#: settings of ``--quick``: a real fit that finishes in a few minutes on two cores
-QUICK: dict[str, int | str] = {"draws": 150, "tune": 150, "chains": 2, "n_features": 50,
+#: settings of ``--quick``: a real fit in about 35 s on two cores; on the digits 3 vs 5 (seeds
+#: 0, 1, 2) f's max R-hat was 1.017-1.024 and min bulk ESS 181 / 89 / 144, where 150 + 150
+#: draws gave R-hat 1.089 and ESS 20
+QUICK: dict[str, int | str] = {"draws": 1000, "tune": 500, "chains": 2, "n_features": 50,
                                "latent_dim": "auto"}
 _TUNED = tuple(QUICK)
 

@@ -232,7 +232,7 @@ def test_auto_latent_dims_leave_a_typical_view_out_of_exact_reach(view_sizes):
     m, K = auto_latent_dims(view_sizes)
     typical = np.median(view_sizes)
     assert m >= 1 and K >= 1
-    assert m <= 10 and K <= 5
+    assert m <= 10 and K == 1  # the authors' code used K = 1; more columns mix slowly
     if typical >= 4:
         assert m + K < typical
     if typical >= 20:

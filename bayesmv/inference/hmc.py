@@ -25,6 +25,7 @@ from bayesmv.components.latent import latent_gaussian
 from bayesmv.components.likelihoods import hinge_log_pseudolikelihood
 from bayesmv.inference.gibbs import (
     GibbsBlockStep,
+    beta_precision_and_linear,
     collapsed_frequency_prior,
     collapsed_log_marginal,
     draw_assignments,
@@ -418,11 +419,8 @@ class CoefficientHMC(_HMCStep):
         lam_bar = (self._lam_sum / self._lam_count if self._lam_count
                    else np.ones_like(s.targets, dtype=float))
         v = nat["v"]
-        chols = []
-        for t in range(s.targets.shape[1]):
-            prec = s.C**2 * (Phi.T @ (Phi / lam_bar[:, t][:, None]))
-            prec[np.diag_indices_from(prec)] += v
-            chols.append(linalg.cholesky(prec, lower=True))
+        chols = [beta_precision_and_linear(Phi, s.targets[:, t], lam_bar[:, t], s.C, v)[0]
+                 for t in range(s.targets.shape[1])]
         target = CoefficientTarget(Phi, s.targets, s.C, v, chols)
         xi, accepted, stats = self._transition(target, target.to_xi(beta0))
         new = dict(point)

@@ -56,14 +56,16 @@ class M3LAK(BaseMultiViewClassifier):
     Parameters
     ----------
     latent_dim : int or "auto", default "auto"
-        Shared latent dimension m.  ``"auto"`` takes ``m = min(10, D/2)`` and, for
-        ``view_latent_dim="auto"``, ``K = min(5, max(1, D/2 - m))``, with D the median view
-        size (:func:`bayesmv.components.latent.auto_latent_dims`): 10 and 5 on the UCI digits,
+        Shared latent dimension m.  ``"auto"`` takes ``m = min(10, D/2)`` with D the median
+        view size and, for ``view_latent_dim="auto"``, ``K = 1``
+        (:func:`bayesmv.components.latent.auto_latent_dims`): 10 and 1 on the UCI digits,
         5 and 1 on three views of 10.  A latent that can reproduce a view exactly
         (``m + K ≥ D_v`` for most views) leaves the sampler to cross between nearly equivalent
         splits of each view between the shared and the view-specific latent, which it rarely
-        does (R-hat of the decision values up to 1.9 on such data).  ``latent_dims_`` holds
-        the fitted choice.
+        does (R-hat of the decision values up to 1.9 on such data), and more view-specific
+        columns slow the sampler even where they cannot (on the digits K = 5 gave a smallest
+        ESS of f of 111-781 over three seeds where K = 1 gave 509-944, at the same accuracy).
+        ``latent_dims_`` holds the fitted choice.
     n_features : int, default 50
         Number of random frequencies M (2M + 1 features with the bias).  The defaults were
         m = 20, M = 100 (the paper's).  On the digits 3 vs 5 (4 chains, 2 cores) m = 10,
@@ -82,9 +84,11 @@ class M3LAK(BaseMultiViewClassifier):
         Both target the same posterior; the hybrid is far faster per effective draw (see
         ``benchmarks/sampler_scaling.py``).
     draws, tune, chains : int, default 2000, 500, 2
-        Posterior draws and tuning iterations per chain, number of chains.  The Dirichlet-
-        process mixture of the frequencies mixes slowly (see the README's Benchmarks), so the
-        default keeps 2000 draws: with 4 chains that is about 80 s on 2 cores.
+        Posterior draws and tuning iterations per chain, number of chains.  Some directions
+        (the frequencies' Dirichlet-process mixture, the loadings of a small view) mix
+        slowly (see the README's Benchmarks), so the default keeps 2000 draws: with 4 chains
+        on the UCI digits 3 vs 5 that is about 93 s on 2 cores, and every training decision
+        value reached a bulk and tail ESS of at least 778 (R-hat 1.006-1.013) on three seeds.
     cores : int or None
         Chains run in parallel on this many processes (one per chain, up to the CPU count,
         when None); one after the other inside a daemonic process such as a Dask worker.
