@@ -175,8 +175,7 @@ class ViewRandomFeatures(Component):
         return per_view, joint
 
     def build(self, ctx: BuildContext, data: MultiViewData) -> ViewFeatures:
-        base = ctx.fitted_state("random_base",
-                                lambda: self.draw_base([X.shape[1] for X in data.views]))
+        base = ctx.fitted_state("random_base", lambda: self.draw_base(data.view_sizes))
         per_view, joint = self.blocks([fill_missing(X) for X in data.views], base)
         tensors = [pm.Data(f"features_{v}", B) for v, B in enumerate(per_view)]
         return publish_view_features(ctx, tensors, per_view,

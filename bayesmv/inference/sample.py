@@ -38,9 +38,9 @@ def hybrid_steps(built: BuiltModel, target_accept: float = 0.8, tune: int = 0) -
     the margin is otherwise its slowest direction).  With one view-specific latent column
     (the default) it doubled the 5 % quantile of f's bulk ESS over the training rows on the
     UCI digits 3 vs 5 (4 chains of 500 + 2000, six seeds: 1353-2359 against 961-1143) and
-    its tail ESS, for 12 % more time a sweep.  :class:`~bayesmv.inference.group_moves.
-    FrequencyScaleMove` (the bandwidth with β held) is available but not in this list: it did
-    not raise the smallest ESS of f.
+    its tail ESS, for 12 % more time a sweep.
+    :class:`~bayesmv.inference.group_moves.FrequencyScaleMove` (the bandwidth with β held) is
+    available but not in this list: it did not raise the smallest ESS of f.
     """
     spec = HybridSpec.from_built(built)
     model = built.model
