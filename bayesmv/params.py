@@ -13,16 +13,18 @@ import numpy as np
 
 
 def check_positive(name: str, value: Any, *, integer: bool = False,
-                   allow_none: bool = False) -> None:
+                   allow_none: bool = False, allow_auto: bool = False) -> None:
     """Raise ValueError unless ``value`` is a positive finite number (``integer``: a positive
-    integer), or ``None`` when ``allow_none``.  Booleans are refused although Python counts
-    them as integers."""
-    if value is None and allow_none:
+    integer), or ``None`` when ``allow_none``, or the string ``"auto"`` when ``allow_auto``.
+    Booleans are refused although Python counts them as integers."""
+    if (value is None and allow_none) or (allow_auto and isinstance(value, str)
+                                          and value == "auto"):
         return
     if integer:
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
             what = "None or a positive integer" if allow_none else "a positive integer"
-            raise ValueError(f"{name} must be {what}, got {value!r}")
+            raise ValueError(f"{name} must be {what}"
+                             + (" or 'auto'" if allow_auto else "") + f", got {value!r}")
         return
     if (isinstance(value, bool) or not isinstance(value, numbers.Real)
             or not np.isfinite(value) or value <= 0):

@@ -224,11 +224,7 @@ class M3LAK(BaseMultiViewClassifier):
         for name in _POSITIVE_INT:
             check_positive(name, getattr(self, name), integer=True)
         for name in _LATENT_DIMS:
-            value = getattr(self, name)
-            if not (isinstance(value, str) and value == "auto") and (
-                    isinstance(value, bool) or not isinstance(value, numbers.Integral)
-                    or value < 1):
-                raise ValueError(f"{name} must be a positive integer or 'auto', got {value!r}")
+            check_positive(name, getattr(self, name), integer=True, allow_auto=True)
         if not isinstance(self.tune, numbers.Integral) or self.tune < 0:
             raise ValueError(f"tune must be a non-negative integer, got {self.tune!r}")
         if not 0 < self.target_accept < 1:
