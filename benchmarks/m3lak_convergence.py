@@ -7,16 +7,22 @@ decision value ``f`` and of ``tau``, the wall time, the
 minimum bulk ESS of f per second, and the test accuracy, Brier score and ECE; then, for the
 diagnosis, the chain means, R-hat and ESS of global summaries that a slow direction would
 show: ||β||, ||Ω||, the mean |f|, the log noise precision and log ||W_v|| of each view and the
-number of occupied DP components.
+number of occupied DP components.  Beside f's smallest ESS it prints the median, and the
+largest R-hat that a sampler which has converged, with that autocorrelation, would still show
+among as many quantities by chance (``rhat_noise_floor``): a max R-hat near that floor asks
+for more effective draws, one far above it for a slow direction.
 
     python benchmarks/m3lak_convergence.py                   # seeds 0 1 2, defaults
     python benchmarks/m3lak_convergence.py --seeds 0 --draws 300 --tune 300
     python benchmarks/m3lak_convergence.py --seeds 0 --set latent_dim=10 b_tau=1
     python benchmarks/m3lak_convergence.py --task breast-cancer    # a second real data set
 
-``--task breast-cancer``: scikit-learn's bundled Wisconsin diagnostic breast-cancer data as
-three views of each sample's ten cell-nucleus measurements (their means, standard errors
+``--task``: the tasks of ``benchmarks/accuracy.py``.  ``digits-AvB``: other UCI pairs, the
+same split.  ``breast-cancer``: scikit-learn's bundled Wisconsin diagnostic breast-cancer data
+as three views of each sample's ten cell-nucleus measurements (their means, standard errors
 and worst values), the same 75/25 stratified split with ``random_state=0``.
+``synthetic-{quadratic,circle,xor}``: ``make_nonlinear_latent(n_samples=1000, view_dims=(100,
+50), random_state=0)``, a 70/30 stratified split with ``random_state=0``.
 """
 
 from __future__ import annotations
@@ -31,7 +37,11 @@ import xarray as xr
 from sklearn.model_selection import train_test_split
 
 from bayesmv import M3LAK
-from bayesmv.datasets import load_breast_cancer_views, load_multiple_features
+from bayesmv.datasets import (
+    load_breast_cancer_views,
+    load_multiple_features,
+    make_nonlinear_latent,
+)
 from bayesmv.diagnostics.ppc import calibration
 
 
@@ -41,11 +51,42 @@ def _summary(name: str, x: np.ndarray) -> str:
             f"R-hat {float(az.rhat(ds)['x']):.3f}  ESS {float(az.ess(ds)['x']):.0f}")
 
 
-def load_task(name: str) -> tuple[list[np.ndarray], np.ndarray]:
-    """The views and labels of a benchmark task (see the module docstring)."""
+def rhat_noise_floor(ess: float, chains: int, draws: int, n_quantities: int,
+                     reps: int = 4, seed: int = 0) -> float:
+    """Mean over ``reps`` of the largest rank-normalised split R-hat among ``n_quantities``
+    independent stationary AR(1) chains whose bulk ESS is ``ess``: the max R-hat a sampler that
+    has converged, with this autocorrelation, still shows by chance.  A measured max R-hat
+    well above it points to a slow direction; one near it only to too few effective draws."""
+    rng = np.random.default_rng(seed)
+    frac = min(ess / (chains * draws), 1.0)
+    rho = (1.0 - frac) / (1.0 + frac)  # the AR(1) coefficient of an ESS fraction
+    out = []
+    for _ in range(reps):
+        x = np.empty((chains, draws, n_quantities))
+        x[:, 0] = rng.standard_normal((chains, n_quantities))
+        noise = rng.standard_normal((chains, draws, n_quantities)) * np.sqrt(1.0 - rho**2)
+        for t in range(1, draws):
+            x[:, t] = rho * x[:, t - 1] + noise[:, t]
+        out.append(float(az.rhat(xr.Dataset({"x": (("chain", "draw", "q"), x)}))["x"].max()))
+    return float(np.mean(out))
+
+
+def load_task(name: str) -> tuple[list[np.ndarray], np.ndarray, float]:
+    """The views, labels and test fraction of a benchmark task (the tasks of
+    ``benchmarks/accuracy.py``; see the module docstring)."""
     if name == "breast-cancer":
-        return load_breast_cancer_views()
-    return load_multiple_features(classes=(3, 5))
+        return *load_breast_cancer_views(), 0.25
+    if name.startswith("digits-"):
+        a, b = (int(d) for d in name.removeprefix("digits-").split("v"))
+        return *load_multiple_features(classes=(a, b)), 0.25
+    views, y = make_nonlinear_latent(n_samples=1000, view_dims=(100, 50),
+                                     nonlinearity=name.removeprefix("synthetic-"),
+                                     random_state=0)
+    return views, y, 0.3
+
+
+TASKS = ("digits-3v5", "digits-1v7", "digits-6v9", "breast-cancer", "synthetic-quadratic",
+         "synthetic-circle", "synthetic-xor")
 
 
 def _parse_settings(items: list[str]) -> dict:
@@ -69,16 +110,17 @@ def main() -> None:
     parser.add_argument("--tune", type=int, default=None, help="default: the estimator's")
     parser.add_argument("--set", nargs="+", default=[], metavar="NAME=VALUE",
                         help="other M3LAK parameters (numbers or strings), e.g. latent_dim=10")
-    parser.add_argument("--task", choices=("digits-3v5", "breast-cancer"), default="digits-3v5")
+    parser.add_argument("--task", choices=TASKS, default="digits-3v5")
     args = parser.parse_args()
-    views, y = load_task(args.task)
+    views, y, test_size = load_task(args.task)
     print(f"# task {args.task}: views of {[v.shape[1] for v in views]} features, {len(y)} rows")
-    split = train_test_split(*views, y, test_size=0.25, stratify=y, random_state=0)
+    split = train_test_split(*views, y, test_size=test_size, stratify=y, random_state=0)
     X_train, X_test, y_train, y_test = split[0:-2:2], split[1:-2:2], split[-2], split[-1]
     extra = {k: v for k, v in (("draws", args.draws), ("tune", args.tune)) if v is not None}
     extra.update(_parse_settings(args.set))
     print("seed | f: max R-hat, min bulk ESS, min tail ESS | tau: same | wall s | "
-          "min bulk ESS/s of f | accuracy | Brier | ECE")
+          "min bulk ESS/s of f | accuracy | Brier | ECE | f: median bulk ESS, max R-hat of a "
+          "converged sampler at that ESS (noise floor)")
     for seed in args.seeds:
         start = time.perf_counter()
         with warnings.catch_warnings():
@@ -89,13 +131,18 @@ def main() -> None:
         row = []
         for name in ("f", "tau"):
             ds = post[[name]]
-            row += [float(az.rhat(ds, method="rank")[name].max()),
-                    float(az.ess(ds, method="bulk")[name].min()),
+            bulk = az.ess(ds, method="bulk")[name]
+            row += [float(az.rhat(ds, method="rank")[name].max()), float(bulk.min()),
                     float(az.ess(ds, method="tail")[name].min())]
+            if name == "f":
+                median_ess = float(bulk.median())
+        floor = rhat_noise_floor(median_ess, post.sizes["chain"], post.sizes["draw"],
+                                 int(post["f"].size // (post.sizes["chain"] * post.sizes["draw"])))
         cal = calibration(y_test, est.predict_proba(X_test), est.classes_)
         print(f"{seed} | {row[0]:.3f} {row[1]:.0f} {row[2]:.0f} | {row[3]:.3f} {row[4]:.0f} "
               f"{row[5]:.0f} | {wall:.0f} | {row[1] / wall:.2f} | "
-              f"{est.score(X_test, y_test):.3f} | {cal.brier:.4f} | {cal.ece:.4f}")
+              f"{est.score(X_test, y_test):.3f} | {cal.brier:.4f} | {cal.ece:.4f} | "
+              f"{median_ess:.0f} {floor:.3f}")
         print(_summary("||beta||", np.sqrt(np.sum(post["beta"].values ** 2, axis=(-1, -2)))))
         print(_summary("||Omega||", np.sqrt(np.sum(post["Omega"].values ** 2, axis=(-1, -2)))))
         print(_summary("mean |f|", np.abs(post["f"].values).mean(axis=(-1, -2))))
