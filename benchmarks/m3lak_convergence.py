@@ -34,14 +34,11 @@ import warnings
 import arviz as az
 import numpy as np
 import xarray as xr
+from accuracy import tasks as accuracy_tasks
+from scipy import signal
 from sklearn.model_selection import train_test_split
 
 from bayesmv import M3LAK
-from bayesmv.datasets import (
-    load_breast_cancer_views,
-    load_multiple_features,
-    make_nonlinear_latent,
-)
 from bayesmv.diagnostics.ppc import calibration
 
 
@@ -62,31 +59,32 @@ def rhat_noise_floor(ess: float, chains: int, draws: int, n_quantities: int,
     rho = (1.0 - frac) / (1.0 + frac)  # the AR(1) coefficient of an ESS fraction
     out = []
     for _ in range(reps):
-        x = np.empty((chains, draws, n_quantities))
-        x[:, 0] = rng.standard_normal((chains, n_quantities))
+        start = rng.standard_normal((chains, 1, n_quantities))  # stationary N(0, 1)
         noise = rng.standard_normal((chains, draws, n_quantities)) * np.sqrt(1.0 - rho**2)
-        for t in range(1, draws):
-            x[:, t] = rho * x[:, t - 1] + noise[:, t]
+        rest = signal.lfilter([1.0], [1.0, -rho], noise[:, 1:], axis=1, zi=rho * start)[0]
+        x = np.concatenate([start, rest], axis=1)
         out.append(float(az.rhat(xr.Dataset({"x": (("chain", "draw", "q"), x)}))["x"].max()))
     return float(np.mean(out))
 
 
+def _slug(name: str) -> str:
+    """The command-line name of a task of ``benchmarks/accuracy.py``: "UCI 3 vs 5" is
+    ``digits-3v5``, "breast cancer" ``breast-cancer``, "synthetic xor" ``synthetic-xor``."""
+    if name.startswith("UCI "):
+        return "digits-" + name.removeprefix("UCI ").replace(" vs ", "v")
+    return name.replace(" ", "-")
+
+
 def load_task(name: str) -> tuple[list[np.ndarray], np.ndarray, float]:
-    """The views, labels and test fraction of a benchmark task (the tasks of
-    ``benchmarks/accuracy.py``; see the module docstring)."""
-    if name == "breast-cancer":
-        return *load_breast_cancer_views(), 0.25
-    if name.startswith("digits-"):
-        a, b = (int(d) for d in name.removeprefix("digits-").split("v"))
-        return *load_multiple_features(classes=(a, b)), 0.25
-    views, y = make_nonlinear_latent(n_samples=1000, view_dims=(100, 50),
-                                     nonlinearity=name.removeprefix("synthetic-"),
-                                     random_state=0)
-    return views, y, 0.3
+    """The views, labels and test fraction of a task of ``benchmarks/accuracy.py`` by its
+    command-line name (see the module docstring)."""
+    for task, views, y, test_size in accuracy_tasks(quick=False):
+        if _slug(task) == name:
+            return views, y, test_size
+    raise ValueError(f"unknown task {name!r}")
 
 
-TASKS = ("digits-3v5", "digits-1v7", "digits-6v9", "breast-cancer", "synthetic-quadratic",
-         "synthetic-circle", "synthetic-xor")
+TASKS = tuple(_slug(task) for task, *_ in accuracy_tasks(quick=False))
 
 
 def _parse_settings(items: list[str]) -> dict:
@@ -135,9 +133,8 @@ def main() -> None:
             row += [float(az.rhat(ds, method="rank")[name].max()), float(bulk.min()),
                     float(az.ess(ds, method="tail")[name].min())]
             if name == "f":
-                median_ess = float(bulk.median())
-        floor = rhat_noise_floor(median_ess, post.sizes["chain"], post.sizes["draw"],
-                                 int(post["f"].size // (post.sizes["chain"] * post.sizes["draw"])))
+                median_ess, n_f = float(bulk.median()), int(bulk.size)
+        floor = rhat_noise_floor(median_ess, post.sizes["chain"], post.sizes["draw"], n_f)
         cal = calibration(y_test, est.predict_proba(X_test), est.classes_)
         print(f"{seed} | {row[0]:.3f} {row[1]:.0f} {row[2]:.0f} | {row[3]:.3f} {row[4]:.0f} "
               f"{row[5]:.0f} | {wall:.0f} | {row[1] / wall:.2f} | "
