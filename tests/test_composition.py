@@ -223,8 +223,9 @@ def test_linear_sum_gaussian_exact_is_scikit_learns_ridge(small):
 def test_mvm_preset_is_the_composed_estimator_with_its_builder(small):
     X, y, Xt, _ = small
     mvm = MVM(rank=2, inference="map", random_seed=3).fit(X, y)
+    assert mvm.idata_.posterior.sizes["draw"] == 5  # the default: a five-mode ensemble
     composed = MultiViewClassifier(mvm.make_builder(), inference="map", n_init=mvm.n_init,
-                                   max_iter=mvm.max_iter, tol=mvm.tol,
+                                   ensemble=5, max_iter=mvm.max_iter, tol=mvm.tol,
                                    random_seed=3).fit(X, y)
     np.testing.assert_allclose(composed.predict_proba(Xt), mvm.predict_proba(Xt), atol=1e-8)
 

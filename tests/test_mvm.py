@@ -219,8 +219,50 @@ def test_map_recovers_planted_interaction_where_linear_fails():
     linear = LogisticRegression().fit(Z[tr], y[tr]).score(Z[te], y[te])
     assert acc > 0.9 and linear < 0.65, (acc, linear)
     assert est.idata_.posterior.attrs["inference"] == "map"
-    assert est.idata_.posterior.sizes["chain"] == 1 and est.idata_.posterior.sizes["draw"] == 1
+    # the default MAP keeps five modes, one chain, best first; factors_ is the best one
+    post = est.idata_.posterior
+    assert post.sizes["chain"] == 1 and post.sizes["draw"] == 5
+    assert np.all(np.diff(post.attrs["mode_logps"]) <= 0)
     assert [A.shape for A in est.factors_] == [(6, 4), (5, 4)]
+
+
+def _hinge_p_positive(f, C):
+    """p(y = +1 | f) of the normalised hinge pseudo-likelihood, written out."""
+    up, down = np.exp(-2 * C * np.maximum(0, 1 - f)), np.exp(-2 * C * np.maximum(0, 1 + f))
+    return up / (up + down)
+
+
+def test_map_ensemble_is_the_equal_mixture_of_independent_modes():
+    rng = np.random.default_rng(3)
+    X = views_data(rng, 160, (4, 3, 2))
+    y = ((X[0][:, 0] * X[1][:, 1] + X[2][:, 0]) > 0).astype(int)
+    tr, te = slice(0, 120), slice(120, None)
+    Xtr, Xte = [x[tr] for x in X], [x[te] for x in X]
+    kw = dict(rank=3, C=2.0, standardize=False, random_seed=5)
+    ens = MVM(ensemble=4, n_init=1, **kw).fit(Xtr, y[tr])
+    post = ens.idata_.posterior
+    # with one start per member, the members are the restarts, sorted by log density
+    np.testing.assert_allclose(post.attrs["mode_logps"],
+                               np.sort(post.attrs["restart_logps"])[::-1])
+    assert len(np.unique(np.round(post.attrs["mode_logps"], 6))) == 4  # distinct modes
+    # the best member is the best-of-4-starts single MAP
+    single = MVM(ensemble=1, n_init=4, **kw).fit(Xtr, y[tr])
+    assert single.idata_.posterior.sizes["draw"] == 1
+    for a, b in zip(ens.factors_, single.factors_, strict=True):
+        np.testing.assert_array_equal(a, b)
+    # predict_proba: the hinge probability averaged over the modes, model equation by hand
+    p = np.zeros(len(y[te]))
+    for s in range(4):
+        proj = [np.hstack([x, np.ones((len(x), 1))]) @ post[f"A_{v}"].values[0, s, 0]
+                for v, x in enumerate(Xte)]
+        p += _hinge_p_positive(np.prod(proj, axis=0).sum(axis=1), 2.0) / 4
+    np.testing.assert_allclose(ens.predict_proba(Xte)[:, 1], p, rtol=1e-10, atol=1e-12)
+    # decision_function is the moderated value: it ranks and signs rows as predict_proba
+    d = ens.decision_function(Xte)
+    assert np.all(np.diff(p[np.argsort(d)]) >= -1e-12)  # (rows with p = 1.0 tie)
+    np.testing.assert_array_equal(ens.predict(Xte), (p > 0.5).astype(int))
+    with pytest.raises(ValueError, match="ensemble=3.*inference='map'"):
+        MVM(ensemble=3, inference="laplace", loss="logistic").fit(Xtr, y[tr])
 
 
 def test_single_view_map_is_penalised_logistic_regression():
@@ -383,7 +425,7 @@ def test_laplace_approximation():
     rng = np.random.default_rng(9)
     X = views_data(rng, 200, (3, 3))
     y = ((X[0] @ [1, -1, 0.5]) * (X[1] @ [0.5, 1, 1]) > 0).astype(int)
-    mp = MVM(rank=3, loss="logistic", random_seed=0).fit(X, y)
+    mp = MVM(rank=3, loss="logistic", random_seed=0, ensemble=1).fit(X, y)
     full = MVM(rank=3, random_seed=0, inference="laplace", draws=300).fit(X, y)
     diag = MVM(rank=3, random_seed=0, inference="laplace", draws=300,
                laplace_curvature="diagonal").fit(X, y)

@@ -66,6 +66,7 @@ class EngineSettings:
     cores: int | None = 1
     random_seed: int | None = None
     n_init: int = 3
+    ensemble: int = 1
     max_iter: int = 2000
     tol: float = 1e-9
     target_accept: float = 0.9
@@ -268,19 +269,31 @@ def fit_map(built: BuiltModel, settings: EngineSettings, *, jacobian: bool = Fal
     """The posterior mode: a registered strategy's, else the best of ``n_init`` L-BFGS-B runs
     (exact L1 where ``l1`` names Laplace-prior terms).
 
-    Returns the mode as a one-draw ``InferenceData`` (with the ``fit`` group when
-    ``point_group``), the fit's attributes, the compiled log density and the mode's vector.
+    ``settings.ensemble > 1`` (L-BFGS-B only: a registered strategy's objective has one
+    mode) runs that many independent fits, each the best of its own ``n_init`` starts, and
+    keeps them all as the draws of one chain, best first: an equally weighted mixture of
+    point masses at the modes (a deep ensemble, Lakshminarayanan, Pritzel & Blundell 2017).
+    On a multi-modal posterior it averages the predictions of several modes where the best
+    single mode commits to one.
+
+    Returns the modes as an ``InferenceData`` (with the ``fit`` group, the best mode, when
+    ``point_group``), the fit's attributes, the compiled log density and the best mode's
+    vector.
     """
     to_named = point_function(built)
     flat = flat_logp(built, jacobian)
     x, info = _strategy_map(built, settings, flat) if l1 is None else (None, None)
+    found = [x]
     if x is None:
-        x, info = _lbfgs_map(built, settings, flat, l1)
+        modes = settings.ensemble
+        found, info = _lbfgs_modes(settings, flat, l1, _starts(built, settings,
+                                                             settings.n_init * modes), modes)
+        x = found[0]
     info["map_jacobian"] = int(jacobian)
-    mode = to_named(flat.to_point(x))
-    idata = draws_to_idata(built, [mode])
+    points = [to_named(flat.to_point(m)) for m in found]
+    idata = draws_to_idata(built, points)
     if point_group:
-        add_point_estimate(built, idata, mode, "mode")
+        add_point_estimate(built, idata, points[0], "mode")
     return idata, info, flat, x
 
 
@@ -296,26 +309,33 @@ def _strategy_map(built: BuiltModel, settings: EngineSettings, flat: FlatLogp
     return None, None
 
 
-def _lbfgs_map(built: BuiltModel, settings: EngineSettings, flat: FlatLogp,
-               l1: L1Penalty | None) -> tuple[np.ndarray, dict[str, Any]]:
-    """The best of ``n_init`` L-BFGS-B runs from dispersed starts."""
-    best, logps = None, []
-    for start in _starts(built, settings, settings.n_init):
+def _lbfgs_modes(settings: EngineSettings, flat: FlatLogp, l1: L1Penalty | None,
+                 starts: list[dict], modes: int) -> tuple[list[np.ndarray], dict[str, Any]]:
+    """L-BFGS-B from every start; ``modes`` consecutive groups of starts each keep their best
+    run.  Returns the kept modes, best first, and the best one's attributes."""
+    trials = []
+    for start in starts:
         # one BLAS thread: numpy's and PyTensor's pools fight on 2 cores
         with threadpool_limits(limits=1, user_api="blas"):
-            trial = find_map(flat, flat.from_point(start), l1=l1, max_iter=settings.max_iter,
-                             tol=settings.tol)
-        logps.append(trial.logp)
-        if best is None or trial.logp > best.logp:
-            best = trial
-    if best.hit_max_iter:
+            trials.append(find_map(flat, flat.from_point(start), l1=l1,
+                                   max_iter=settings.max_iter, tol=settings.tol))
+    size = len(starts) // modes
+    kept = [max(trials[i * size:(i + 1) * size], key=lambda t: t.logp) for i in range(modes)]
+    kept.sort(key=lambda t: -t.logp)
+    best = kept[0]
+    stopped = [t for t in kept if t.hit_max_iter]
+    if stopped:
         warnings.warn(f"L-BFGS-B stopped at max_iter={settings.max_iter} before converging "
-                      f"({best.message}); increase max_iter or loosen tol.",
+                      f"({stopped[0].message}); increase max_iter or loosen tol.",
                       ConvergenceWarning, stacklevel=4)
-    return best.x, {"inference": "map", "solver": "lbfgs", "restart_logps": np.asarray(logps),
-                    "optimizer_iterations": best.n_iter, "optimizer_evaluations": best.n_evals,
-                    "optimizer_message": best.message, "optimizer_success": int(best.success),
-                    "map_logp": best.logp}
+    info = {"inference": "map", "solver": "lbfgs",
+            "restart_logps": np.asarray([t.logp for t in trials]),
+            "optimizer_iterations": best.n_iter, "optimizer_evaluations": best.n_evals,
+            "optimizer_message": best.message, "optimizer_success": int(best.success),
+            "map_logp": best.logp}
+    if modes > 1:
+        info["mode_logps"] = np.asarray([t.logp for t in kept])
+    return [t.x for t in kept], info
 
 
 def _gaussian_draws(built: BuiltModel, flat: FlatLogp, mode: np.ndarray,

@@ -65,6 +65,8 @@ _CURVATURES = ("auto", "full", "diagonal")
 #: slope of the squared loss's link: the σ = 1 Gaussian normalised over ±1 is sigmoid(2ŷ)
 _SQUARED_SLOPE = 2.0
 
+#: MAP fits averaged by default (``ensemble=None`` with ``inference="map"``)
+DEFAULT_ENSEMBLE = 5
 #: "auto" Laplace curvature is the full Hessian up to this many parameters
 _FULL_MAX = 2000
 _NOTE = ("Judged on the decision values f at the training points (the probe points): the "
@@ -97,6 +99,12 @@ class _MVMCore:
         self._combiner().validate()
         for name in ("draws", "chains", "max_iter", "max_predict_draws", "n_init"):
             check_positive(name, getattr(self, name), integer=True)
+        if self.ensemble is not None:
+            check_positive("ensemble", self.ensemble, integer=True)
+            if self.ensemble > 1 and self.inference != "map":
+                raise ValueError(f"ensemble={self.ensemble} averages several MAP fits; it "
+                                 f"needs inference='map', got inference={self.inference!r} "
+                                 "(leave ensemble=None)")
         if (not isinstance(self.tune, numbers.Integral) or isinstance(self.tune, bool)
                 or self.tune < 0):
             raise ValueError(f"tune must be a non-negative integer, got {self.tune!r}")
@@ -120,6 +128,13 @@ class _MVMCore:
                              "prior has no curvature away from zero and a kink at zero, so a "
                              "Gaussian at the mode misrepresents it; use prior='normal' or "
                              "inference='nuts'")
+
+    def _modes(self) -> int:
+        """MAP fits kept: ``ensemble``, or by default :data:`DEFAULT_ENSEMBLE` for the MAP
+        and one otherwise (the Laplace approximation is centred on one mode)."""
+        if self.ensemble is not None:
+            return int(self.ensemble)
+        return DEFAULT_ENSEMBLE if self.inference == "map" else 1
 
     def _combiner(self) -> CPInteractionCombiner:
         return CPInteractionCombiner(
@@ -241,7 +256,7 @@ class _MVMCore:
             info["point_estimate"] = "highest-density draw"
             return idata, info, best
         settings = EngineSettings(random_seed=self.random_seed, n_init=self.n_init,
-                                  max_iter=self.max_iter, tol=self.tol)
+                                  ensemble=self._modes(), max_iter=self.max_iter, tol=self.tol)
         map_idata, map_info, flat, x_mode = fit_map(
             built, settings, jacobian=self.inference == "laplace",
             l1=self._l1_penalty(built), point_group=False)
@@ -330,6 +345,10 @@ class _MVMCore:
         V = len(self.layout_.view_sizes) if n_views is None else n_views
         factors = [np.asarray(fit[factor_name(v)].values) for v in range(V)]
         return [A[0] for A in factors] if factors[0].shape[0] == 1 else factors
+
+    def _n_modes(self) -> int:
+        """Modes a MAP fit kept (the draws of its one chain)."""
+        return int(self.idata_.posterior.sizes["draw"])
 
     def _is_laplace(self) -> bool:
         return self.idata_.posterior.attrs.get("inference") == "laplace"
@@ -491,6 +510,18 @@ class MVM(_MVMCore, BaseMultiViewClassifier):
         Jittered starts of the optimiser (MAP, Laplace); the mode with the highest log
         posterior is kept (the objective is not convex; all values are in
         ``idata_.posterior.attrs["restart_logps"]``).
+    ensemble : int or None, default None
+        Independent MAP fits (each the best of ``n_init`` jittered starts) kept and averaged
+        at prediction, ``inference="map"`` only: the posterior is stored as an equally
+        weighted mixture of the modes, the draws of one chain, best first (a deep ensemble,
+        Lakshminarayanan, Pritzel & Blundell 2017), and :meth:`predict_proba` averages the
+        likelihood's probability over them.  ``None``: 5 for the MAP, 1 otherwise.  Why:
+        the CP posterior is multi-modal (every start ends in a different mode of similar
+        density) and one mode's hinge probabilities are overconfident where the modes
+        disagree.  On the UCI digits (split seeds 200-202, C = 1) five fits against one
+        raised accuracy / lowered Brier from 0.971 / 0.050 to 0.990 / 0.028 on the ten
+        digits (seed 200), from 0.977 / 0.021 to 0.983 / 0.015 on 3 vs 5 and from 0.979 /
+        0.018 to 0.983 / 0.013 on 0-4 vs 5-9 (seed 200), at five times the fit's cost.
     max_iter : int, default 2000
         L-BFGS-B iterations per start (MAP and the Laplace mode).
     tol : float, default 1e-9
@@ -526,9 +557,10 @@ class MVM(_MVMCore, BaseMultiViewClassifier):
         draw of highest log density (posterior means of factors are meaningless under their
         sign and permutation symmetries).
     idata_ : arviz.InferenceData
-        ``posterior`` (one draw for MAP; Laplace or NUTS draws) with ``A_v``, ``f`` (training
-        decision values; for Laplace the linearised ones) and any ``prior_rate``; ``fit``
-        (the point estimate; Laplace sds); ``observed_data``.
+        ``posterior`` (MAP: one chain, one draw per ensemble member, best first; Laplace or
+        NUTS draws) with ``A_v``, ``f`` (training decision values; for Laplace the
+        linearised ones) and any ``prior_rate``; ``fit`` (the point estimate: the best mode;
+        Laplace sds); ``observed_data``.
         ``posterior.attrs["inference"]`` is "map", "laplace" or "mcmc".
     convergence_ : ConvergenceReport or None
         For NUTS: R-hat / ESS / divergences judged on ``f``.
@@ -555,6 +587,7 @@ class MVM(_MVMCore, BaseMultiViewClassifier):
         scale_prior: tuple[float, float] | None = None,
         init_scale: float = 0.1,
         n_init: int = 1,
+        ensemble: int | None = None,
         max_iter: int = 2000,
         tol: float = 1e-9,
         laplace_curvature: str = "auto",
@@ -579,6 +612,7 @@ class MVM(_MVMCore, BaseMultiViewClassifier):
         self.scale_prior = scale_prior
         self.init_scale = init_scale
         self.n_init = n_init
+        self.ensemble = ensemble
         self.max_iter = max_iter
         self.tol = tol
         self.laplace_curvature = laplace_curvature
@@ -691,7 +725,7 @@ class MVM(_MVMCore, BaseMultiViewClassifier):
 
     def _log_predictive(self, X) -> tuple[np.ndarray, np.ndarray]:
         """``log p(y_t = ±1 | x*)``, (n_samples, n_tasks): the likelihood's probability
-        averaged over the retained draws of ``ŷ`` (one for MAP)."""
+        averaged over the retained draws of ``ŷ`` (a MAP ensemble's modes)."""
         f = self._predictive_f(X)
         log_S = np.log(f.shape[0])
         # every likelihood here depends on y·ŷ only, so p(-1 | ŷ) = p(+1 | -ŷ)
@@ -711,8 +745,9 @@ class MVM(_MVMCore, BaseMultiViewClassifier):
         return self._mean_f(X), self._predictive_f(X).std(axis=0)
 
     def decision_function(self, X) -> np.ndarray:
-        """Decision values: the MAP's ``ŷ`` for ``inference="map"``; otherwise the moderated
-        value, the ``ŷ`` whose probability is ``predict_proba``'s posterior-averaged one.
+        """Decision values: the MAP's ``ŷ`` for a single MAP fit (``ensemble=1``);
+        otherwise the moderated value, the ``ŷ`` whose probability is ``predict_proba``'s
+        posterior-averaged one.
 
         The averaged probability is not a function of the posterior mean of ``ŷ`` alone
         (its spread differs from row to row), so ranking rows by that mean could disagree
@@ -724,7 +759,7 @@ class MVM(_MVMCore, BaseMultiViewClassifier):
         Shape (n_samples,) for binary problems (positive favours ``classes_[1]``), else
         (n_samples, n_classes).
         """
-        if self._inference_kind() == "map":
+        if self._inference_kind() == "map" and self._n_modes() == 1:
             f = self._mean_f(X)
         else:
             log_pos, log_neg = self._log_predictive(X)
@@ -761,7 +796,7 @@ class MVM(_MVMCore, BaseMultiViewClassifier):
         return frame
 
     def predict_proba(self, X) -> np.ndarray:
-        """Class probabilities averaged over the posterior draws (one draw for MAP; the
+        """Class probabilities averaged over the posterior draws (the MAP ensemble's modes; the
         linearised draws of ``ŷ`` for Laplace).
 
         Logistic: ``sigmoid(ŷ)``; hinge: the normalised pseudo-likelihood; squared: the
@@ -807,6 +842,7 @@ class MVMRegressor(_MVMCore, RegressorMixin, BaseEstimator):
         scale_prior: tuple[float, float] | None = None,
         init_scale: float = 0.1,
         n_init: int = 1,
+        ensemble: int | None = None,
         max_iter: int = 2000,
         tol: float = 1e-9,
         laplace_curvature: str = "auto",
@@ -831,6 +867,7 @@ class MVMRegressor(_MVMCore, RegressorMixin, BaseEstimator):
         self.scale_prior = scale_prior
         self.init_scale = init_scale
         self.n_init = n_init
+        self.ensemble = ensemble
         self.max_iter = max_iter
         self.tol = tol
         self.laplace_curvature = laplace_curvature
