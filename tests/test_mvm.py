@@ -263,6 +263,15 @@ def test_map_ensemble_is_the_equal_mixture_of_independent_modes():
     np.testing.assert_array_equal(ens.predict(Xte), (p > 0.5).astype(int))
     with pytest.raises(ValueError, match="ensemble=3.*inference='map'"):
         MVM(ensemble=3, inference="laplace", loss="logistic").fit(Xtr, y[tr])
+    # reports name the ensemble; the summary gives the best mode and the spread over modes
+    from bayesmv.diagnostics import check_convergence, summary
+
+    assert "MAP ensemble (4 modes" in check_convergence(ens).summary_line()
+    table = summary(ens, var_names=["f"])
+    f = post["f"].values[0, :, :, 0]  # (modes, rows)
+    np.testing.assert_allclose(table["map"], f[0])
+    np.testing.assert_allclose(table["mean"], f.mean(axis=0))
+    np.testing.assert_allclose(table["max"] - table["min"], np.ptp(f, axis=0))
 
 
 def test_single_view_map_is_penalised_logistic_regression():
@@ -522,7 +531,8 @@ def test_laplace_predictive_is_the_linearised_gaussian(kind):
         warnings.filterwarnings("ignore", message="The Laplace approximation")
         if kind == "logistic":
             y = (rng.random(120) < expit(signal)).astype(int)
-            mp = MVM(rank=2, loss="logistic", random_seed=0, standardize=False).fit(X, y)
+            mp = MVM(rank=2, loss="logistic", random_seed=0, standardize=False,
+                     ensemble=1).fit(X, y)
             est = MVM(inference="laplace", **params).fit(X, y)
         else:
             y = 2.0 * signal + rng.standard_normal(120)
@@ -670,6 +680,10 @@ def test_reproducible_save_load_and_sklearn_api(tmp_path):
     (dict(loss="hinge", C=0.0), "C must be a positive"),
     (dict(max_iter=0), "max_iter must be a positive integer"),
     (dict(laplace_curvature="lowrank"), "laplace_curvature must be one of"),
+    (dict(ensemble=0), "ensemble must be a positive integer"),
+    (dict(ensemble=2.5), "ensemble must be a positive integer"),
+    (dict(ensemble=True), "ensemble must be a positive integer"),
+    (dict(ensemble=2, inference="nuts"), "ensemble=2 averages several MAP fits"),
 ])
 def test_bad_hyper_parameters_raise_before_work(params, match):
     X = [np.ones((4, 2)), np.ones((4, 2))]
@@ -689,7 +703,7 @@ def test_regressor_recovers_multiplicative_target(tmp_path):
     mean, sd = est.predict([x[te] for x in X], return_std=True)
     sigma = float(est.idata_.posterior["sigma"].values.ravel()[0]) * est.y_scale_
     assert sigma == pytest.approx(0.3, rel=0.3)  # the noise level, on the original scale
-    np.testing.assert_allclose(sd, sigma)  # MAP: no parameter uncertainty
+    np.testing.assert_allclose(sd, sigma)  # one MAP (the regressor's default): no spread
     loaded = bayesmv.load(est.save(tmp_path / "reg.nc"))
     assert isinstance(loaded, MVMRegressor) and not hasattr(loaded, "classes_")
     np.testing.assert_array_equal(loaded.predict([x[te] for x in X]), mean)
@@ -706,3 +720,21 @@ def test_builder_pieces_compose_with_check_views():
     built = builder.build(data, np.where(rng.random((10, 1)) > 0.5, 1.0, -1.0))
     assert {"A_0", "A_1", "f", "y_obs"} <= set(built.model.named_vars)
     assert built.model.named_vars_to_dims["A_0"] == ("task", "z_0", "rank")
+
+
+def test_one_hot_probabilities_are_the_likelihood_of_each_one_hot_label():
+    """Written out: the product over tasks of ℓ_t(±1) at each one-hot target, normalised."""
+    from bayesmv.components.likelihoods import log_hinge_probability, one_hot_probabilities
+
+    rng = np.random.default_rng(21)
+    f = 2.0 * rng.standard_normal((7, 4))
+    p_pos = np.exp(log_hinge_probability(f, 0.8))
+    joint = np.stack([np.prod(np.where(np.arange(4) == k, p_pos, 1.0 - p_pos), axis=1)
+                      for k in range(4)], axis=1)
+    got = one_hot_probabilities(log_hinge_probability(f, 0.8), log_hinge_probability(-f, 0.8))
+    np.testing.assert_allclose(got, joint / joint.sum(axis=1, keepdims=True), rtol=1e-10)
+    # two classes (one task): [ℓ(-1), ℓ(+1)]
+    two = one_hot_probabilities(log_hinge_probability(f[:, :1], 0.8),
+                                log_hinge_probability(-f[:, :1], 0.8))
+    np.testing.assert_allclose(two[:, 1], p_pos[:, 0], rtol=1e-12)
+    np.testing.assert_allclose(two.sum(axis=1), 1.0)

@@ -151,8 +151,8 @@ class ConvergenceReport:
 
     def summary_line(self) -> str:
         if self.inference == "map":
-            return (f"MAP fit (one point estimate): no sampling diagnostics apply to "
-                    f"{', '.join(self.var_names) or 'its quantities'}")
+            return (f"{map_description(self.n_chains * self.n_draws)}: no sampling "
+                    f"diagnostics apply to {', '.join(self.var_names) or 'its quantities'}")
         if self.inference == "laplace":
             return (f"{self.n_chains * self.n_draws} independent Laplace draws of "
                     f"{', '.join(self.var_names)} ({len(self.table)} quantities): min bulk ESS "
@@ -231,9 +231,10 @@ def check_convergence(fitted_or_idata, var_names=None, *, r_hat_max: float = 1.0
     Returns
     -------
     ConvergenceReport
-        For a MAP fit (one point estimate) the report is ``ok`` with an empty table and a note
-        that no sampling diagnostics apply.  For a Laplace fit the draws are independent, so
-        R-hat is ~1 and the ESS ~ the number of draws by construction: the table measures
+        For a MAP fit (one point estimate, or an ensemble of modes) the report is ``ok`` with
+        an empty table and a note that no sampling diagnostics apply.  For a Laplace fit the
+        draws are independent, so R-hat is ~1 and the ESS ~ the number of draws by
+        construction: the table measures
         Monte Carlo precision only, not the quality of the Gaussian approximation.
     """
     if not (np.isfinite(r_hat_max) and r_hat_max > 1.0):
@@ -254,9 +255,10 @@ def check_convergence(fitted_or_idata, var_names=None, *, r_hat_max: float = 1.0
         n_div = int(np.asarray(idata.sample_stats["diverging"]).sum())
     others = [v for v in idata.posterior.data_vars if v not in names]
     if kind == "map":
-        note = ("MAP fit (one point estimate): no sampling diagnostics apply (R-hat, ESS and "
-                "divergences need posterior draws); judge it by its optimiser's convergence "
-                "and by the predictive checks. " + _note(default, names, others))
+        note = (f"{map_description(n_chains * n_draws)}: no sampling diagnostics apply "
+                "(R-hat, ESS and divergences need draws from one posterior; independent "
+                "optimisations are not a Markov chain); judge it by its optimiser's "
+                "convergence and by the predictive checks. " + _note(default, names, others))
         return ConvergenceReport(ok=True, table=_empty_table(), n_divergences=0,
                                  n_chains=n_chains, n_draws=n_draws, var_names=names,
                                  note=note, inference=kind, r_hat_max=r_hat_max,
@@ -341,15 +343,24 @@ def check_convergence(fitted_or_idata, var_names=None, *, r_hat_max: float = 1.0
                              locations={k: locations[k] for k in table.index})
 
 
+def map_description(n_modes: int) -> str:
+    """How a MAP fit is named in reports: one point estimate, or an ensemble of modes."""
+    if n_modes == 1:
+        return "MAP fit (one point estimate)"
+    return f"MAP ensemble ({n_modes} modes, equally weighted)"
+
+
 def summary(fitted_or_idata, var_names=None, **kwargs) -> pd.DataFrame:
     """Posterior summary of a fit, sensible for every kind of fit (MCMC, Laplace, MAP).
 
     For MCMC fits this is ``az.summary(idata, var_names=...)``.  Laplace draws are
     independent draws of one "chain", where ESS and R-hat measure nothing (ArviZ would also
     warn that one chain is too few), so their default is ``kind="stats"``: mean, sd and HDI.
-    A MAP fit keeps its point estimate as a posterior of one chain of one draw, on which
-    ``az.summary`` warns about the shape and fills sd, HDI, MCSE, ESS and R-hat with NaN; its
-    summary here is one column, ``map``, of point values, with ArviZ's row labels.
+    A MAP fit keeps its point estimate as a posterior of one chain of one draw (an ensemble:
+    one draw per mode, best first), on which ``az.summary`` warns about the shape and fills
+    MCSE, ESS and R-hat with NaN or meaningless values; its summary here is the column
+    ``map`` of the best mode's values, with ArviZ's row labels, and for an ensemble also the
+    ``mean``, ``sd``, ``min`` and ``max`` over its modes.
 
     Parameters
     ----------
@@ -395,6 +406,12 @@ def summary(fitted_or_idata, var_names=None, **kwargs) -> pd.DataFrame:
             labels.append(labeller.make_label_flat(var, sel, isel))
             values.append(float(value))
         table = pd.DataFrame({"map": values}, index=labels)
+        if post.sizes["chain"] * post.sizes["draw"] > 1:  # an ensemble of modes
+            modes = post[names].stack(mode=("chain", "draw"))
+            for column, reduce in (("mean", "mean"), ("sd", "std"), ("min", "min"),
+                                   ("max", "max")):
+                stat = getattr(modes, reduce)("mode")
+                table[column] = [float(v) for *_, v in xarray_var_iter(stat, combined=True)]
     table.attrs["inference"] = kind
     return table
 

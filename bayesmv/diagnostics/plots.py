@@ -25,11 +25,16 @@ def _pyplot():
     return plt
 
 
+#: draws below which decision-value bars show the range, not percentile intervals
+_MIN_INTERVAL_DRAWS = 20
+
+
 def _worst_quantities(report: ConvergenceReport, max_quantities: int) -> list[str]:
     table = report.table
     if not len(table):
         raise ValueError("no judged quantity varies across draws: "
-                         + ("a MAP fit has one point estimate, so there is nothing to trace"
+                         + ("a MAP fit is no Markov chain (one point estimate or independent "
+                            "modes), so there is nothing to trace"
                             if report.inference == "map" else "nothing to trace"))
     order = table.sort_values(["r_hat", "ess_bulk"], ascending=[False, True]).index
     return list(order[:max_quantities])
@@ -75,7 +80,7 @@ def plot_trace(fitted_or_idata, var_names=None, *, max_quantities: int = 4,
     Raises
     ------
     ValueError
-        For a MAP fit (one point estimate: nothing to trace).
+        For a MAP fit (a point estimate or an ensemble of modes: nothing to trace).
     """
     import arviz as az
 
@@ -153,7 +158,9 @@ def plot_decision_intervals(estimator, X, y=None, *, max_samples: int = 200,
 
     Rows are sorted by their posterior mean; bars are the central 50 % (thick) and 95 %
     (thin) intervals of the estimator's decision-value draws (``_decision_draws``), coloured
-    by the true label when ``y`` is given.  A one-draw (MAP) fit shows its point values.
+    by the true label when ``y`` is given.  A one-draw (MAP) fit shows its point values, and
+    a fit of fewer than :data:`_MIN_INTERVAL_DRAWS` draws (a MAP ensemble's modes) their
+    mean and range: percentiles of a handful of values are not intervals.
 
     Parameters
     ----------
@@ -192,18 +199,21 @@ def plot_decision_intervals(estimator, X, y=None, *, max_samples: int = 200,
         colours = np.full(len(order), "C7", dtype=object)
         if y is not None:
             colours = np.where(y[order] == positive, "C1", "C0")
-        if S > 1:
+        if S >= _MIN_INTERVAL_DRAWS:
             lo95, lo50, hi50, hi95 = np.percentile(d[:, order], [2.5, 25, 75, 97.5], axis=0)
             ax.vlines(x, lo95, hi95, colors=colours, linewidth=0.8, alpha=0.7)
             ax.vlines(x, lo50, hi50, colors=colours, linewidth=2.6)
+        elif S > 1:
+            ax.vlines(x, d[:, order].min(axis=0), d[:, order].max(axis=0), colors=colours,
+                      linewidth=1.6)
         ax.scatter(x, mean[order], c=colours, s=8, zorder=3)
         ax.axhline(0.0, color="0.4", linewidth=0.8)
         if y is not None:
             ax.scatter([], [], c="C1", s=12, label=f"true {label_pos}")
             ax.scatter([], [], c="C0", s=12, label=f"true {label_neg}")
             ax.legend(loc="upper left", fontsize=8)
-        what = ("posterior mean, 50 % and 95 % intervals" if S > 1
-                else "point estimate (one draw)")
+        what = ("posterior mean, 50 % and 95 % intervals" if S >= _MIN_INTERVAL_DRAWS
+                else f"mean and range of {S} draws" if S > 1 else "point estimate (one draw)")
         head = "decision value" if T == 1 else f"decision value, {label_pos} vs rest"
         ax.set_title(f"{head}: {what}", fontsize=10)
         ax.set_xlabel("rows, sorted by posterior mean" if n <= max_samples

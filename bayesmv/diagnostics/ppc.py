@@ -224,7 +224,7 @@ def posterior_predictive_check(estimator, X, y, *, n_replications: int = 1000,
     y : array-like of shape (n_samples,)
     n_replications : int, default 1000
         Replicated label vectors (at least one per posterior draw is not required: a MAP fit
-        has one draw and is replicated ``n_replications`` times from it).
+        has one draw, an ensemble one per mode, and is replicated from them in turn).
     n_bins : int, default 10
         Bins of the reliability curve and the expected calibration error.
     random_state : int, Generator or None, default 0

@@ -174,8 +174,8 @@ class BaseMultiViewClassifier(ClassifierMixin, BaseEstimator):
         return self.classes_[np.argmax(proba, axis=1)]
 
     def training_decision_values(self) -> xr.DataArray:
-        """``f`` at the training points, one value per posterior draw (a MAP fit: one chain ×
-        one draw): the identifiable quantity convergence is judged on."""
+        """``f`` at the training points, one value per posterior draw (a MAP fit: one chain,
+        one draw per mode kept): the identifiable quantity convergence is judged on."""
         self._check_fitted()
         return self.idata_.posterior["f"]
 

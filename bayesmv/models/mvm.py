@@ -35,9 +35,9 @@ from bayesmv.components import (
 )
 from bayesmv.components.interaction import factor_name
 from bayesmv.components.likelihoods import (
-    class_probabilities,
     hinge_decision_value,
     log_hinge_probability,
+    one_hot_probabilities,
 )
 from bayesmv.data import (
     MultiViewData,
@@ -65,7 +65,7 @@ _CURVATURES = ("auto", "full", "diagonal")
 #: slope of the squared loss's link: the σ = 1 Gaussian normalised over ±1 is sigmoid(2ŷ)
 _SQUARED_SLOPE = 2.0
 
-#: MAP fits averaged by default (``ensemble=None`` with ``inference="map"``)
+#: MVM's MAP fits averaged by default (``ensemble=None`` with ``inference="map"``)
 DEFAULT_ENSEMBLE = 5
 #: "auto" Laplace curvature is the full Hessian up to this many parameters
 _FULL_MAX = 2000
@@ -78,6 +78,9 @@ _NOTE = ("Judged on the decision values f at the training points (the probe poin
 
 class _MVMCore:
     """Graph, inference and prediction shared by :class:`MVM` and :class:`MVMRegressor`."""
+
+    #: MAP fits kept when ``ensemble`` is None (and ``inference="map"``)
+    _default_ensemble = 1
 
     # ------------------------------------------------------------- settings
     def __sklearn_tags__(self):
@@ -130,11 +133,11 @@ class _MVMCore:
                              "inference='nuts'")
 
     def _modes(self) -> int:
-        """MAP fits kept: ``ensemble``, or by default :data:`DEFAULT_ENSEMBLE` for the MAP
-        and one otherwise (the Laplace approximation is centred on one mode)."""
+        """MAP fits kept: ``ensemble``, or by default the class's ``_default_ensemble`` for
+        the MAP and one otherwise (the Laplace approximation is centred on one mode)."""
         if self.ensemble is not None:
             return int(self.ensemble)
-        return DEFAULT_ENSEMBLE if self.inference == "map" else 1
+        return self._default_ensemble if self.inference == "map" else 1
 
     def _combiner(self) -> CPInteractionCombiner:
         return CPInteractionCombiner(
@@ -373,7 +376,7 @@ class _MVMCore:
     def _predictive_f(self, X) -> np.ndarray:
         """Decision values per retained posterior draw: (S, n, T).
 
-        NUTS (and MAP, one draw): the model equation at each draw.  Laplace: the linearised
+        NUTS (and MAP, one draw per mode): the model equation at each draw.  Laplace: the linearised
         predictive ``ŷ(Â) + J(Â)(A_s − Â)`` at each retained Laplace draw ``A_s`` and at its
         reflection ``2Â − A_s`` (equally a draw of the symmetric Gaussian): antithetic pairs,
         so the draws' mean is exactly ``ŷ(Â)``.  The linearised spread ``J Σ Jᵀ`` is often
@@ -412,8 +415,8 @@ class _MVMCore:
 
     @property
     def n_iter_(self) -> int:
-        """Iterations run: L-BFGS-B iterations of the kept start (MAP, Laplace mode), or
-        tuning iterations plus draws per chain (NUTS)."""
+        """Iterations run: L-BFGS-B iterations of the best mode's start (MAP, Laplace
+        mode), or tuning iterations plus draws per chain (NUTS)."""
         self._check_fitted()
         attrs = self.idata_.posterior.attrs
         if "optimizer_iterations" in attrs:
@@ -425,7 +428,8 @@ class _MVMCore:
         """L-BFGS-B outcome of a MAP or Laplace fit (iterations, message, log density)."""
         self._check_fitted()
         attrs = self.idata_.posterior.attrs
-        return {k: attrs[k] for k in attrs if k.startswith(("optimizer_", "map_", "restart_"))}
+        return {k: attrs[k] for k in attrs
+                if k.startswith(("optimizer_", "map_", "restart_", "mode_"))}
 
     def training_decision_values(self) -> xr.DataArray:
         """Posterior draws of ``f`` at the training points (the quantity MCMC is judged on)."""
@@ -553,7 +557,8 @@ class MVM(_MVMCore, BaseMultiViewClassifier):
     ----------
     factors_ : list of ndarray
         Point estimate of each view's factors, shape (D_v + 1, k) with the bias row last
-        ((n_classes, D_v + 1, k) for multi-class): the mode (MAP, Laplace) or, for NUTS, the
+        ((n_classes, D_v + 1, k) for multi-class): the (best) mode (MAP, Laplace; a MAP
+        ensemble predicts with all its modes) or, for NUTS, the
         draw of highest log density (posterior means of factors are meaningless under their
         sign and permutation symmetries).
     idata_ : arviz.InferenceData
@@ -623,6 +628,8 @@ class MVM(_MVMCore, BaseMultiViewClassifier):
         self.progressbar = progressbar
         self.view_sizes = view_sizes
         self.standardize = standardize
+
+    _default_ensemble = DEFAULT_ENSEMBLE
 
     def _loss(self) -> str:
         if self.loss == "auto":
@@ -738,7 +745,8 @@ class MVM(_MVMCore, BaseMultiViewClassifier):
         Returns
         -------
         mean, std : ndarray of shape (n_samples, n_tasks)
-            One task for two classes.  MAP: the MAP's ``ŷ`` and 0; Laplace: the mode's
+            One task for two classes.  MAP: the mean and spread of ``ŷ`` over the
+            ensemble's modes (one mode: its ``ŷ`` and 0); Laplace: the mode's
             ``ŷ`` (the linearised draws' mean, exactly) and their spread; NUTS: over its
             draws.
         """
@@ -768,7 +776,8 @@ class MVM(_MVMCore, BaseMultiViewClassifier):
 
     def _class_probability_draws(self, X) -> np.ndarray:
         """Class probabilities per retained draw: (n_draws, n_samples, n_classes)."""
-        return class_probabilities(self._log_probability(self._predictive_f(X)))
+        f = self._predictive_f(X)
+        return one_hot_probabilities(self._log_probability(f), self._log_probability(-f))
 
     def view_relevance(self) -> pd.DataFrame:
         """Size of each view's feature rows in the point-estimate factors.
@@ -800,11 +809,16 @@ class MVM(_MVMCore, BaseMultiViewClassifier):
         linearised draws of ``ŷ`` for Laplace).
 
         Logistic: ``sigmoid(ŷ)``; hinge: the normalised pseudo-likelihood; squared: the
-        Gaussian likelihood normalised over the targets ±1 (``sigmoid(2ŷ)``).  One-vs-rest
-        scores are renormalised to sum to one (in log space: far from the data every score can
-        underflow to 0, and the ratio of their logs still decides).
+        Gaussian likelihood normalised over the targets ±1 (``sigmoid(2ŷ)``).  Multi-class
+        (one-vs-rest tasks): at each draw, the likelihood of each one-hot label normalised over
+        the classes, the softmax of the tasks' log-odds
+        (:func:`~bayesmv.components.likelihoods.one_hot_probabilities`), then averaged.  Why:
+        normalising the tasks' positive probabilities instead was underconfident (with the
+        hinge, 0.86 for a row on the right side of every margin among ten classes): on all ten
+        UCI digits (split seeds 200, 201) ECE 0.044 / 0.040 and Brier 0.031 / 0.024, against
+        0.014 / 0.018 and 0.020 / 0.018 now.
         """
-        return class_probabilities(self._log_predictive(X)[0])
+        return self._class_probability_draws(X).mean(axis=0)
 
 
 @register
@@ -812,7 +826,10 @@ class MVMRegressor(_MVMCore, RegressorMixin, BaseEstimator):
     """Multi-view machine for real-valued targets (squared loss, Gaussian likelihood).
 
     The target is centred and scaled to unit variance internally (``y_mean_``, ``y_scale_``);
-    predictions are returned on the original scale.  Parameters as :class:`MVM`, plus
+    predictions are returned on the original scale.  Parameters as :class:`MVM` (except
+    ``ensemble``, whose default None means one MAP fit here: a regressor has no probabilities
+    to overstate; an integer > 1 averages that many modes, and ``predict(return_std=True)``
+    adds their spread), plus
 
     Parameters
     ----------
