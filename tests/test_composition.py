@@ -188,6 +188,14 @@ def test_an_engine_that_does_not_apply_is_refused_before_fitting(small):
     est = MultiViewClassifier(make("identity", "linear", "sum", "logistic"), inference="gibbs")
     with pytest.raises(ValueError, match="gibbs augments the hinge"):
         est.fit(X, y)
+    for bad in (0, 2.5, True):
+        with pytest.raises(ValueError, match="ensemble must be a positive integer"):
+            MultiViewClassifier(ensemble=bad).fit(X, y)
+    with pytest.raises(ValueError, match="ensemble=3 averages several MAP fits"):
+        MultiViewClassifier(ensemble=3, inference="nuts").fit(X, y)
+    # None is one MAP, as for the presets
+    one = MultiViewClassifier(ensemble=None, inference="map", random_seed=0).fit(X, y)
+    assert one.idata_.posterior.sizes["draw"] == 1
 
 
 def test_linear_sum_logistic_map_is_scikit_learns_logistic_regression(small):

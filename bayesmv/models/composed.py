@@ -69,12 +69,12 @@ class MultiViewClassifier(BaseMultiViewClassifier):
         Standardise each view's columns with the training rows' mean and sd first.
     n_init : int, default 3
         L-BFGS-B starts of the MAP (the best mode is kept).
-    ensemble : int, default 1
+    ensemble : int or None, default 1
         Independent MAP fits, each the best of ``n_init`` starts, kept as the draws of one
         chain (best first) and averaged by ``predict_proba``: an equally weighted mixture of
-        modes (a deep ensemble).  ``inference="map"`` only; a MAP that a registered exact
-        solver finds (a convex objective, e.g. the hinge on fixed features: libsvm) has one
-        mode and keeps one draw.
+        modes (a deep ensemble).  None means one.  ``inference="map"`` only; a MAP that a
+        registered exact solver finds (a convex objective, e.g. the hinge on fixed features:
+        libsvm) has one mode and keeps one draw.
     max_iter : int, default 2000
         L-BFGS-B iterations per start.
     tol : float, default 1e-9
@@ -110,7 +110,7 @@ class MultiViewClassifier(BaseMultiViewClassifier):
     def __init__(self, builder: ModelBuilder | None = None, *, inference: str = "auto",
                  draws: int = 1000, tune: int = 1000, chains: int = 4, cores: int | None = 1,
                  random_seed: int | None = None, view_sizes=None, standardize: bool = True,
-                 n_init: int = 3, ensemble: int = 1, max_iter: int = 2000,
+                 n_init: int = 3, ensemble: int | None = 1, max_iter: int = 2000,
                  tol: float = 1e-9,
                  target_accept: float = 0.9,
                  nuts_sampler: str = "pymc", max_predict_draws: int = 200) -> None:
@@ -139,9 +139,11 @@ class MultiViewClassifier(BaseMultiViewClassifier):
         if self.inference not in engines.INFERENCES:
             raise ValueError(f"inference must be one of {engines.INFERENCES}, got "
                              f"{self.inference!r}")
-        for name in ("draws", "chains", "n_init", "ensemble", "max_iter", "max_predict_draws"):
+        for name in ("draws", "chains", "n_init", "max_iter", "max_predict_draws"):
             check_positive(name, getattr(self, name), integer=True)
-        if self.ensemble > 1 and self.inference != "map":
+        if self.ensemble is not None:
+            check_positive("ensemble", self.ensemble, integer=True)
+        if self._modes() > 1 and self.inference != "map":
             raise ValueError(f"ensemble={self.ensemble} averages several MAP fits; it needs "
                              f"inference='map', got inference={self.inference!r}")
         if not isinstance(self.tune, numbers.Integral) or self.tune < 0:
@@ -150,6 +152,9 @@ class MultiViewClassifier(BaseMultiViewClassifier):
         if not 0 < float(self.target_accept) < 1:
             raise ValueError(f"target_accept must lie in (0, 1), got {self.target_accept!r}")
         check_nuts_sampler(self.nuts_sampler, require_installed=False)
+
+    def _modes(self) -> int:
+        return 1 if self.ensemble is None else int(self.ensemble)
 
     def _seeded_builder(self) -> ModelBuilder:
         """A copy of the builder whose pieces' unset ``random_seed`` come from
@@ -187,7 +192,7 @@ class MultiViewClassifier(BaseMultiViewClassifier):
         settings = engines.EngineSettings(
             draws=int(self.draws), tune=int(self.tune), chains=int(self.chains),
             cores=self.cores, random_seed=self.random_seed, n_init=int(self.n_init),
-            ensemble=int(self.ensemble), max_iter=int(self.max_iter), tol=float(self.tol),
+            ensemble=self._modes(), max_iter=int(self.max_iter), tol=float(self.tol),
             target_accept=float(self.target_accept), nuts_sampler=self.nuts_sampler)
         idata, info = engines.fit(built, inference, settings)
         elapsed = time.perf_counter() - start
