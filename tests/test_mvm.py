@@ -272,6 +272,7 @@ def test_map_ensemble_is_the_equal_mixture_of_independent_modes():
     np.testing.assert_allclose(table["map"], f[0])
     np.testing.assert_allclose(table["mean"], f.mean(axis=0))
     np.testing.assert_allclose(table["max"] - table["min"], np.ptp(f, axis=0))
+    np.testing.assert_allclose(table["sd"], f.std(axis=0, ddof=1))
 
 
 def test_single_view_map_is_penalised_logistic_regression():
@@ -738,3 +739,13 @@ def test_one_hot_probabilities_are_the_likelihood_of_each_one_hot_label():
                                 log_hinge_probability(-f[:, :1], 0.8))
     np.testing.assert_allclose(two[:, 1], p_pos[:, 0], rtol=1e-12)
     np.testing.assert_allclose(two.sum(axis=1), 1.0)
+    # at the float limit (log-odds ±inf, or -inf - -inf) still a distribution, the right way
+    for C in (1.0, 1e300):
+        for f_far in ([1e308, 0.0, 0.0], [-1e308] * 3, [np.inf, 0.0, -np.inf]):
+            f_far = np.array([f_far])
+            with np.errstate(over="ignore", invalid="ignore"):
+                p = one_hot_probabilities(log_hinge_probability(f_far, C),
+                                          log_hinge_probability(-f_far, C))
+            assert np.all(np.isfinite(p)) and p.sum() == pytest.approx(1.0), (C, f_far, p)
+            if f_far[0, 0] > 0:
+                assert p[0, 0] == pytest.approx(1.0)

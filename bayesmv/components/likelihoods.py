@@ -113,7 +113,8 @@ def class_probabilities(log_p: np.ndarray, axis: int | None = None, *,
     return log_softmax(log_p, axis=-1) if log else softmax(log_p, axis=-1)
 
 
-def one_hot_probabilities(log_pos: np.ndarray, log_neg: np.ndarray) -> np.ndarray:
+def one_hot_probabilities(log_pos: np.ndarray, log_neg: np.ndarray, *,
+                          log: bool = False) -> np.ndarray:
     """Class probabilities of one-vs-rest tasks as the likelihood of the one-hot label.
 
     The one-vs-rest model scores a training row of class k by the product of its tasks'
@@ -130,15 +131,24 @@ def one_hot_probabilities(log_pos: np.ndarray, log_neg: np.ndarray) -> np.ndarra
     log_pos, log_neg : ndarray (..., T)
         ``log ℓ_t(±1)`` of each task (last axis), normalised per task, e.g. per posterior
         draw; average the result over draws afterwards.
+    log : bool, default False
+        Return the log-probabilities.
 
     Returns
     -------
     ndarray (..., n_classes)
     """
-    log_pos, log_neg = np.asarray(log_pos, dtype=float), np.asarray(log_neg, dtype=float)
+    # clipped: at the float limit a link's log-odds can be ±inf (or -inf - -inf), where the
+    # softmax would be NaN; the clipped values still rank, and 1/4 of the float range leaves
+    # the softmax's own subtraction room
+    big = np.finfo(float).max / 4
+    log_pos = np.maximum(np.asarray(log_pos, dtype=float), -big)
+    log_neg = np.maximum(np.asarray(log_neg, dtype=float), -big)
     if log_pos.shape[-1] == 1:
-        return np.exp(np.concatenate([log_neg, log_pos], axis=-1))
-    return softmax(log_pos - log_neg, axis=-1)
+        logits = np.concatenate([log_neg, log_pos], axis=-1)
+    else:
+        logits = np.clip(log_pos - log_neg, -big, big)
+    return log_softmax(logits, axis=-1) if log else softmax(logits, axis=-1)
 
 
 class HingeLikelihood(Component):

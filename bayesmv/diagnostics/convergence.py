@@ -408,9 +408,9 @@ def summary(fitted_or_idata, var_names=None, **kwargs) -> pd.DataFrame:
         table = pd.DataFrame({"map": values}, index=labels)
         if post.sizes["chain"] * post.sizes["draw"] > 1:  # an ensemble of modes
             modes = post[names].stack(mode=("chain", "draw"))
-            for column, reduce in (("mean", "mean"), ("sd", "std"), ("min", "min"),
-                                   ("max", "max")):
-                stat = getattr(modes, reduce)("mode")
+            for column, reduce, kw in (("mean", "mean", {}), ("sd", "std", {"ddof": 1}),
+                                       ("min", "min", {}), ("max", "max", {})):
+                stat = getattr(modes, reduce)("mode", **kw)  # sd as ArviZ's: ddof 1
                 table[column] = [float(v) for *_, v in xarray_var_iter(stat, combined=True)]
     table.attrs["inference"] = kind
     return table
