@@ -824,9 +824,11 @@ class MVM(_MVMCore, BaseMultiViewClassifier):
         normalising the tasks' positive probabilities instead was underconfident (with the
         hinge, 0.86 for a row on the right side of every margin among ten classes): on all ten
         UCI digits (split seeds 200, 201) ECE 0.044 / 0.040 and Brier 0.031 / 0.024, against
-        0.014 / 0.018 and 0.020 / 0.018 now.
+        0.014 / 0.018 and 0.020 / 0.018 now (held-out seeds 100-104, the same fits: ECE 0.041
+        against 0.014, Brier 0.036 against 0.030, accuracy 0.9815 against 0.9805).
         """
-        return np.exp(self._log_class_probabilities(X))
+        # exp(logsumexp) can round to 1 + 2⁻⁵²; clipping keeps the order of the rows
+        return np.minimum(np.exp(self._log_class_probabilities(X)), 1.0)
 
 
 @register
