@@ -32,6 +32,17 @@ def check_positive(name: str, value: Any, *, integer: bool = False,
                          + (" or None" if allow_none else "") + f", got {value!r}")
 
 
+def check_ensemble(ensemble: Any, inference: str) -> None:
+    """``ensemble``: None or a positive integer, and more than one MAP fit only with
+    ``inference="map"`` (MVM, MultiViewClassifier)."""
+    if ensemble is None:
+        return
+    check_positive("ensemble", ensemble, integer=True)
+    if ensemble > 1 and inference != "map":
+        raise ValueError(f"ensemble={ensemble} averages several MAP fits; it needs "
+                         f"inference='map', got inference={inference!r} (leave ensemble=None)")
+
+
 def check_random_seed(value: Any, name: str = "random_seed") -> None:
     """Raise ValueError unless ``value`` is None or a non-negative integer (a seed that
     :class:`numpy.random.SeedSequence` accepts)."""

@@ -113,6 +113,11 @@ def class_probabilities(log_p: np.ndarray, axis: int | None = None, *,
     return log_softmax(log_p, axis=-1) if log else softmax(log_p, axis=-1)
 
 
+#: bound on clipped log-odds: a quarter of the float range leaves a softmax's own
+#: subtraction room, and the clipped values still rank
+LOG_ODDS_LIMIT = np.finfo(float).max / 4
+
+
 def one_hot_probabilities(log_pos: np.ndarray, log_neg: np.ndarray, *,
                           log: bool = False) -> np.ndarray:
     """Class probabilities of one-vs-rest tasks as the likelihood of the one-hot label.
@@ -139,15 +144,13 @@ def one_hot_probabilities(log_pos: np.ndarray, log_neg: np.ndarray, *,
     ndarray (..., n_classes)
     """
     # clipped: at the float limit a link's log-odds can be ±inf (or -inf - -inf), where the
-    # softmax would be NaN; the clipped values still rank, and 1/4 of the float range leaves
-    # the softmax's own subtraction room
-    big = np.finfo(float).max / 4
-    log_pos = np.maximum(np.asarray(log_pos, dtype=float), -big)
-    log_neg = np.maximum(np.asarray(log_neg, dtype=float), -big)
+    # softmax would be NaN
+    log_pos = np.maximum(np.asarray(log_pos, dtype=float), -LOG_ODDS_LIMIT)
+    log_neg = np.maximum(np.asarray(log_neg, dtype=float), -LOG_ODDS_LIMIT)
     if log_pos.shape[-1] == 1:
         logits = np.concatenate([log_neg, log_pos], axis=-1)
     else:
-        logits = np.clip(log_pos - log_neg, -big, big)
+        logits = np.clip(log_pos - log_neg, -LOG_ODDS_LIMIT, LOG_ODDS_LIMIT)
     return log_softmax(logits, axis=-1) if log else softmax(logits, axis=-1)
 
 

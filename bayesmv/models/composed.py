@@ -32,7 +32,7 @@ from bayesmv.inference import engines
 from bayesmv.inference.predict import GraphPredictor
 from bayesmv.inference.sample import check_nuts_sampler
 from bayesmv.models.base import BaseMultiViewClassifier, register, thinned_draws
-from bayesmv.params import check_positive
+from bayesmv.params import check_ensemble, check_positive
 
 
 def default_builder() -> ModelBuilder:
@@ -142,11 +142,7 @@ class MultiViewClassifier(BaseMultiViewClassifier):
                              f"{self.inference!r}")
         for name in ("draws", "chains", "n_init", "max_iter", "max_predict_draws"):
             check_positive(name, getattr(self, name), integer=True)
-        if self.ensemble is not None:
-            check_positive("ensemble", self.ensemble, integer=True)
-        if self._modes() > 1 and self.inference != "map":
-            raise ValueError(f"ensemble={self.ensemble} averages several MAP fits; it needs "
-                             f"inference='map', got inference={self.inference!r}")
+        check_ensemble(self.ensemble, self.inference)
         if not isinstance(self.tune, numbers.Integral) or self.tune < 0:
             raise ValueError(f"tune must be a non-negative integer, got {self.tune!r}")
         check_positive("tol", self.tol)

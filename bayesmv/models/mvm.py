@@ -35,6 +35,7 @@ from bayesmv.components import (
 )
 from bayesmv.components.interaction import factor_name
 from bayesmv.components.likelihoods import (
+    LOG_ODDS_LIMIT,
     hinge_decision_value,
     log_hinge_probability,
     one_hot_probabilities,
@@ -57,7 +58,7 @@ from bayesmv.inference.optimize import (
 )
 from bayesmv.inference.sample import check_nuts_sampler, run_sampler
 from bayesmv.models.base import BaseMultiViewClassifier, register, thinned_draws
-from bayesmv.params import check_positive, check_random_seed
+from bayesmv.params import check_ensemble, check_positive, check_random_seed
 
 _LOSSES = ("auto", "logistic", "hinge", "squared")
 _INFERENCE = ("map", "laplace", "nuts")
@@ -102,12 +103,7 @@ class _MVMCore:
         self._combiner().validate()
         for name in ("draws", "chains", "max_iter", "max_predict_draws", "n_init"):
             check_positive(name, getattr(self, name), integer=True)
-        if self.ensemble is not None:
-            check_positive("ensemble", self.ensemble, integer=True)
-            if self.ensemble > 1 and self.inference != "map":
-                raise ValueError(f"ensemble={self.ensemble} averages several MAP fits; it "
-                                 f"needs inference='map', got inference={self.inference!r} "
-                                 "(leave ensemble=None)")
+        check_ensemble(self.ensemble, self.inference)
         if (not isinstance(self.tune, numbers.Integral) or isinstance(self.tune, bool)
                 or self.tune < 0):
             raise ValueError(f"tune must be a non-negative integer, got {self.tune!r}")
@@ -734,11 +730,15 @@ class MVM(_MVMCore, BaseMultiViewClassifier):
         """``log predict_proba(X)``, (n_samples, n_classes): at each retained draw of ``ŷ`` the
         one-hot label's likelihood (:func:`one_hot_probabilities`), averaged over the draws
         in log space (one draw for a single MAP)."""
+        log_q = self._log_class_probability_draws(X)
+        return logsumexp(log_q, axis=0) - np.log(log_q.shape[0])
+
+    def _log_class_probability_draws(self, X) -> np.ndarray:
+        """Log class probabilities per retained draw: (n_draws, n_samples, n_classes)."""
         f = self._predictive_f(X)
         # every likelihood here depends on y·ŷ only, so ℓ(-1 | ŷ) = ℓ(+1 | -ŷ)
-        log_q = one_hot_probabilities(self._log_probability(f), self._log_probability(-f),
-                                      log=True)
-        return logsumexp(log_q, axis=0) - np.log(f.shape[0])
+        return one_hot_probabilities(self._log_probability(f), self._log_probability(-f),
+                                     log=True)
 
     def decision_distribution(self, X) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean and standard deviation of ``ŷ`` over the retained draws.
@@ -779,13 +779,11 @@ class MVM(_MVMCore, BaseMultiViewClassifier):
         else:
             with np.errstate(divide="ignore"):  # p = 1 exactly: log(1 - p) = -inf
                 log_odds = log_p - np.log(-np.expm1(log_p))
-        big = np.finfo(float).max / 4
-        return self._link_inverse(np.clip(log_odds, -big, big))
+        return self._link_inverse(np.clip(log_odds, -LOG_ODDS_LIMIT, LOG_ODDS_LIMIT))
 
     def _class_probability_draws(self, X) -> np.ndarray:
         """Class probabilities per retained draw: (n_draws, n_samples, n_classes)."""
-        f = self._predictive_f(X)
-        return one_hot_probabilities(self._log_probability(f), self._log_probability(-f))
+        return np.exp(self._log_class_probability_draws(X))
 
     def view_relevance(self) -> pd.DataFrame:
         """Size of each view's feature rows in the point-estimate factors.
