@@ -159,6 +159,7 @@ def test_promised_cells_fit_predict_round_trip_and_work_with_pymc(cell, inferenc
         assert np.all(np.isfinite(prior.prior["f"].values))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_shared_latent_with_dp_random_features_and_logistic_fits_by_nuts(small):
     builder = ModelBuilder(SharedLatent(2, 1), RandomFourierFeatures(4, DPMixtureSpectral(3)),

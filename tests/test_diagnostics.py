@@ -189,7 +189,7 @@ def test_a_sampler_that_never_moved_is_flagged():
     assert not rep.ok and any("did not move" in w for w in rep.warnings)
 
 
-def test_short_real_run_is_flagged_and_long_run_on_an_easy_problem_passes():
+def test_short_real_run_is_flagged():
     X, y = _two_views(40)
     with pytest.warns(ConvergenceWarning):
         short = M3LAK(latent_dim=2, n_features=5, draws=15, tune=0, chains=2, cores=1,
@@ -199,6 +199,12 @@ def test_short_real_run_is_flagged_and_long_run_on_an_easy_problem_passes():
     assert not rep.ok and rep.var_names[:2] == ("f", "tau")
     assert any(w.startswith(("R-hat of f", "Bulk effective sample size (ess bulk) of f"))
                for w in rep.warnings)
+
+
+@pytest.mark.long
+@pytest.mark.timeout(600)
+def test_long_run_on_an_easy_problem_passes():
+    X, y = _two_views(40)
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConvergenceWarning)
         # 2 × 4000: with two chains (four split halves) R-hat's own noise at an ESS of ~450
@@ -441,6 +447,7 @@ def test_ppc_pvalues_uniform_under_an_exact_posterior_and_not_when_misspecified(
     assert np.mean((bad < 0.025) | (bad > 0.975)) > 0.3
 
 
+@pytest.mark.slow
 def test_ppc_pvalues_roughly_uniform_for_data_from_the_fitted_family():
     """Rank-1 two-view MVM with a logistic likelihood: the truth's factors are drawn from the
     model's N(0, 1) prior, labels from its Bernoulli-logit likelihood; Laplace fit."""

@@ -59,7 +59,7 @@ def _estimators(sizes):
     return [
         RhoTMVRKM(rho=0.5, lam=0.1, gamma=0.05, view_sizes=sizes),
         MVML(lmbda=0.1, nystrom=20, max_iter=20, random_seed=0, view_sizes=sizes),
-        MVM(rank=2, random_seed=0, view_sizes=sizes),
+        MVM(rank=2, ensemble=2, random_seed=0, view_sizes=sizes),
         MVLSVM(n_landmarks=20, C=10.0, random_seed=0, view_sizes=sizes),
         M3LAK(random_seed=0, view_sizes=sizes, **M3LAK_TINY),
     ]
@@ -93,6 +93,7 @@ def test_estimators_hold_only_parameters_and_pickle_fresh_and_fitted(digits):
 
 
 # ------------------------------------------------------------- model selection
+@pytest.mark.slow
 def test_grid_search_on_dask_equals_local(client, digits):
     X, y, sizes = digits
     grid = {"rho": [0.0, 0.5, 1.0], "lam": [0.01, 1.0]}
@@ -114,6 +115,7 @@ def test_grid_search_on_dask_equals_local(client, digits):
     np.testing.assert_allclose(remote.predict_proba(X), local.predict_proba(X), rtol=1e-9)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("index", range(5), ids=["RhoTMVRKM", "MVML", "MVM", "MVLSVM", "M3LAK"])
 def test_every_estimator_cross_validates_on_dask(client, digits, index):
     """cross_validate under the Dask back-end: same scores, fitted estimators shipped back
@@ -143,6 +145,7 @@ CHAIN_CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(CHAIN_CASES))
 def test_distributed_chains_equal_local_chains(client, toy, case):
     X, y = toy
@@ -232,6 +235,7 @@ def _mmapped_arrays_of_array_churn(relax: bool) -> int:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc",
                     reason="the allocator setting is glibc's (Linux); elsewhere it does nothing")
+@pytest.mark.slow
 def test_chain_tasks_undo_the_workers_malloc_trimming(client):
     """Dask's nanny sets MALLOC_TRIM_THRESHOLD_, which freezes glibc's mmap threshold at
     128 KiB: every mid-sized array is a fresh mmap that page-faults on first touch (a chain

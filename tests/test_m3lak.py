@@ -186,7 +186,8 @@ def test_parameter_recovery_from_the_generative_model():
     assert est.score([x[test] for x in X], y[test]) > 0.85
 
 
-@pytest.mark.slow
+@pytest.mark.long
+@pytest.mark.timeout(600)
 def test_hybrid_and_nuts_target_the_same_posterior():
     """Posterior mean, sd and 5 % / 95 % quantiles of held-out decision values agree within
     Monte-Carlo error (ArviZ's MCSE of each), with the default DP-mixture spectral density."""

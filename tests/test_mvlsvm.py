@@ -128,6 +128,8 @@ def test_graph_log_density_is_minus_the_objective_and_peaks_at_the_map(digits):
 
 
 # ------------------------------------------------------------------------ the posterior
+@pytest.mark.long
+@pytest.mark.timeout(600)
 def test_gibbs_posterior_mean_approaches_the_map_as_the_likelihood_sharpens():
     """With the per-sample cost C/N fixed, N (hence C·N) growing sharpens the posterior:
     the Gibbs posterior mean of (θ, b) closes in on the MAP."""
@@ -148,6 +150,8 @@ def test_gibbs_posterior_mean_approaches_the_map_as_the_likelihood_sharpens():
     assert rel[2] < 0.35 * rel[0], rel
 
 
+@pytest.mark.long
+@pytest.mark.timeout(600)
 def test_gibbs_agrees_with_nuts_on_the_marginal_model_with_unknown_blocks():
     """Bayesian imputation: the Gibbs sampler (λ, (θ, b), missing blocks) and NUTS on the
     builder's collapsed graph (hinge potential, MvNormal blocks) give the same posterior of f

@@ -366,6 +366,7 @@ def test_l1_map_satisfies_optimality_conditions():
 
 
 # --------------------------------------------------------------- sparse input
+@pytest.mark.slow
 def test_dense_and_sparse_inputs_give_the_same_fit(monkeypatch):
     rng = np.random.default_rng(7)
     n = 150
@@ -373,7 +374,7 @@ def test_dense_and_sparse_inputs_give_the_same_fit(monkeypatch):
                        data_rvs=lambda m: rng.standard_normal(m)).toarray()
              for i, d in enumerate((8, 6, 5))]
     y = ((dense[0][:, :3].sum(1) + 0.1) * (dense[1][:, :2].sum(1) - 0.1) > 0).astype(int)
-    params = dict(rank=3, loss="logistic", random_seed=3, standardize=False, tol=1e-12)
+    params = dict(rank=3, loss="logistic", random_seed=3, standardize=False, tol=1e-12, ensemble=2)
     a = MVM(**params).fit(dense, y)
     sparse = [sp.csr_matrix(x) for x in dense]
 

@@ -163,6 +163,8 @@ def notebook(tmp_path_factory):
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
+# one namespace for all blocks: one worker runs them, in order
+@pytest.mark.xdist_group("readme-notebook")
 @pytest.mark.parametrize("index", range(len(NOTEBOOK)), ids=[b.id for b in NOTEBOOK])
 def test_notebook_blocks_run_in_order(index, notebook, monkeypatch):
     monkeypatch.chdir(notebook.workdir)  # the blocks write model.nc and report.html
@@ -177,7 +179,7 @@ def test_notebook_blocks_run_in_order(index, notebook, monkeypatch):
     notebook.run(block)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("block", SCRIPTS, ids=lambda b: b.id)
 def test_script_blocks_run_on_their_own(block, tmp_path):

@@ -771,6 +771,7 @@ def _fingerprints() -> dict[str, list[str]]:
     return out
 
 
+@pytest.mark.slow
 def test_same_seed_same_results_in_one_process_and_across_processes():
     here = _fingerprints()
     assert here == _fingerprints()

@@ -8,6 +8,7 @@ import sys
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
+import pytest
 
 import bayesmv  # noqa: F401  (configures PyTensor's BLAS)
 from bayesmv._runtime import blas_routine_names
@@ -65,6 +66,7 @@ print(hashlib.sha256(est.idata_.posterior["f"].values.tobytes()).hexdigest())
 """
 
 
+@pytest.mark.slow
 def test_draws_do_not_depend_on_the_blas_thread_count():
     """The same seed gives bit-identical draws with one or two BLAS threads (the thread count
     changes a multi-threaded BLAS's summation order, which MCMC would amplify)."""

@@ -58,7 +58,8 @@ def test_ranks_with_ties_are_uniform():
     assert stats.chisquare(counts).pvalue > 1e-3
 
 
-@pytest.mark.slow
+@pytest.mark.long
+@pytest.mark.timeout(600)
 def test_m3lak_hybrid_sampler_is_calibrated():
     """50 replications of a 12-point, two-view M3LAK (DP-mixture spectral density, v
     learned), 19 ranks each (~50 s on one core)."""

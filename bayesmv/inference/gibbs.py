@@ -19,10 +19,10 @@ import numpy as np
 from pymc.step_methods.arraystep import BlockedStep
 from pymc.step_methods.compound import Competence, StepMethodState
 from pymc.util import get_random_generator
-from scipy import linalg
 from threadpoolctl import threadpool_limits
 
 from bayesmv.components.features import _component_logp_np, fourier_features
+from bayesmv.inference.lapack import cho_solve_lower, cholesky_lower, solve_lower
 from bayesmv.inference.slice import slice_sample_independent
 
 #: below this |a| the GIG(1/2, 1, a²) conditional of λ is its a → 0 limit Gamma(1/2, rate 1/2)
@@ -59,7 +59,7 @@ def beta_precision_and_linear(Phi, y, lam, C, v) -> tuple[np.ndarray, np.ndarray
     """
     prec = C**2 * (Phi.T @ (Phi / lam[:, None]))
     prec[np.diag_indices_from(prec)] += np.asarray(v, dtype=float)
-    return linalg.cholesky(prec, lower=True), Phi.T @ (C * (1.0 + C / lam) * y)
+    return cholesky_lower(prec), Phi.T @ (C * (1.0 + C / lam) * y)
 
 
 def beta_conditional(Phi: np.ndarray, y: np.ndarray, lam: np.ndarray, C: float,
@@ -72,14 +72,14 @@ def beta_conditional(Phi: np.ndarray, y: np.ndarray, lam: np.ndarray, C: float,
     the data pin that direction, e.g. a bias column of ones).
     """
     chol, lin = beta_precision_and_linear(Phi, y, lam, C, v)
-    return linalg.cho_solve((chol, True), lin), chol
+    return cho_solve_lower(chol, lin), chol
 
 
 def draw_gaussian_from_precision(mean: np.ndarray, chol: np.ndarray,
                                  rng: np.random.Generator) -> np.ndarray:
     """Draw from N(mean, (L Lᵀ)⁻¹); ``mean`` may hold several columns (independent draws)."""
     z = rng.standard_normal(mean.shape)
-    return mean + linalg.solve_triangular(chol.T, z, lower=False)
+    return mean + solve_lower(chol, z, transposed=True)
 
 
 class GibbsBlockStep(BlockedStep):
@@ -129,12 +129,12 @@ def collapsed_log_marginal(Phi: np.ndarray, targets: np.ndarray, lams: list, C: 
     grad = np.zeros_like(Phi) if with_gradient else None
     for t, lam in enumerate(lams):
         chol, b = beta_precision_and_linear(Phi, targets[:, t], lam, C, v)
-        mean = linalg.cho_solve((chol, True), b)
+        mean = cho_solve_lower(chol, b)
         total += 0.5 * float(b @ mean) - float(np.sum(np.log(np.diag(chol))))
         conditionals.append((mean, chol))
         if with_gradient:
             c = C * (1.0 + C / lam) * targets[:, t]
-            Phi_Ainv = linalg.cho_solve((chol, True), Phi.T).T
+            Phi_Ainv = cho_solve_lower(chol, Phi.T).T
             grad += np.outer(c - C**2 * (Phi @ mean) / lam, mean)
             grad -= C**2 * Phi_Ainv / lam[:, None]
     return (total, conditionals, grad) if with_gradient else (total, conditionals)
@@ -207,8 +207,8 @@ class BetaLambdaGibbs(GibbsBlockStep):
 def view_latent_conditional(Xo, Ho, W, V, tau) -> tuple[np.ndarray, np.ndarray]:
     """U | H, W, V, τ (paper eq. 10): per-row means (K, n) and the shared precision's Cholesky."""
     K = V.shape[1]
-    chol = linalg.cholesky(np.eye(K) + tau * (V.T @ V), lower=True)
-    return linalg.cho_solve((chol, True), tau * V.T @ (Xo - Ho @ W.T).T), chol
+    chol = cholesky_lower(np.eye(K) + tau * (V.T @ V))
+    return cho_solve_lower(chol, tau * V.T @ (Xo - Ho @ W.T).T), chol
 
 
 def loadings_conditional(Xo, Ho, U, r, eta, tau) -> tuple[np.ndarray, np.ndarray]:
@@ -221,8 +221,8 @@ def loadings_conditional(Xo, Ho, U, r, eta, tau) -> tuple[np.ndarray, np.ndarray
     Z = np.concatenate([Ho, U], axis=1)
     prec = tau * (Z.T @ Z)
     prec[np.diag_indices_from(prec)] += np.concatenate([r, np.full(K, eta)])
-    chol = linalg.cholesky(prec, lower=True)
-    return linalg.cho_solve((chol, True), tau * Z.T @ Xo), chol
+    chol = cholesky_lower(prec)
+    return cho_solve_lower(chol, tau * Z.T @ Xo), chol
 
 
 def ard_conditional(W, a_r, b_r) -> tuple[np.ndarray, np.ndarray]:

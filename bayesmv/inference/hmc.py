@@ -18,7 +18,6 @@ Step sizes adapt during tuning by dual averaging (Hoffman & Gelman 2014) and are
 from __future__ import annotations
 
 import numpy as np
-from scipy import linalg
 
 from bayesmv.components.features import fourier_features, fourier_features_of_phases
 from bayesmv.components.latent import latent_gaussian
@@ -33,6 +32,7 @@ from bayesmv.inference.gibbs import (
     draw_gaussian_from_precision,
     sample_lambdas,
 )
+from bayesmv.inference.lapack import solve_lower
 
 
 def fourier_pullback(cos: np.ndarray, sin: np.ndarray, G_cos: np.ndarray,
@@ -164,8 +164,7 @@ class WhitenedLatentTarget:
         m = nat["H"].shape[1]
         self.mean, self.L = latent_gaussian(nat, spec.views, spec.observed_index,
                                             spec.patterns, spec.pattern_of_row)
-        self.Linv = np.array([linalg.solve_triangular(L, np.eye(m), lower=True)
-                              for L in self.L])
+        self.Linv = np.array([solve_lower(L, np.eye(m)) for L in self.L])
         self.rows = [np.flatnonzero(spec.pattern_of_row == p) for p in range(len(spec.patterns))]
 
     def to_h(self, xi: np.ndarray) -> np.ndarray:
@@ -362,7 +361,7 @@ class CoefficientTarget:
         self.v = np.asarray(v, dtype=float)
 
     def to_beta(self, xi: np.ndarray) -> np.ndarray:
-        return np.array([linalg.solve_triangular(L.T, x, lower=False)
+        return np.array([solve_lower(L, x, transposed=True)
                          for L, x in zip(self.chols, xi, strict=True)])
 
     def to_xi(self, beta: np.ndarray) -> np.ndarray:
@@ -375,7 +374,7 @@ class CoefficientTarget:
                 + float(np.sum(hinge_log_pseudolikelihood(F, self.targets, self.C))))
         active = self.targets * F < 1.0
         grad_beta = -self.v * beta + (2.0 * self.C * self.targets * active).T @ self.Phi
-        grad = np.array([linalg.solve_triangular(L, g, lower=True)
+        grad = np.array([solve_lower(L, g)
                          for L, g in zip(self.chols, grad_beta, strict=True)])
         return logp, grad
 
