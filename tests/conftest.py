@@ -25,4 +25,4 @@ def pytest_configure(config):
     BLAS, oversubscribe the cores (OpenBLAS threads spin while they wait).  Tests that need
     another thread count set it themselves, in a subprocess or a threadpool_limits block."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
-        config._bayesmv_blas_limit = threadpool_limits(limits=1, user_api="blas")
+        threadpool_limits(limits=1, user_api="blas")  # stays in force for the process

@@ -13,10 +13,11 @@ import numpy as np
 from scipy.linalg import LinAlgError, lapack
 
 
-def _check(info: int, routine: str) -> None:
+def _check(info: int, routine: str, failure: str) -> None:
+    """Raise as scipy.linalg would on LAPACK's ``info``: ``failure`` says what a positive one
+    means for this routine."""
     if info > 0:
-        raise LinAlgError(f"{routine}: the matrix is not positive definite (leading minor "
-                          f"{info})" if routine == "potrf" else f"{routine}: singular matrix")
+        raise LinAlgError(f"{routine}: {failure} (LAPACK info {info})")
     if info < 0:
         raise ValueError(f"{routine}: illegal value in argument {-info}")
 
@@ -24,19 +25,19 @@ def _check(info: int, routine: str) -> None:
 def cholesky_lower(A: np.ndarray) -> np.ndarray:
     """Lower Cholesky factor L of a symmetric positive-definite A (``A = L Lᵀ``)."""
     L, info = lapack.dpotrf(A, lower=1, clean=1)
-    _check(info, "potrf")
+    _check(info, "potrf", "the matrix is not positive definite")
     return L
 
 
 def cho_solve_lower(L: np.ndarray, B: np.ndarray) -> np.ndarray:
     """``A⁻¹ B`` given A's lower Cholesky factor L (B a vector or a matrix of columns)."""
     X, info = lapack.dpotrs(L, B, lower=1)
-    _check(info, "potrs")
+    _check(info, "potrs", "the factor is singular")
     return X
 
 
 def solve_lower(L: np.ndarray, B: np.ndarray, *, transposed: bool = False) -> np.ndarray:
     """``L⁻¹ B`` for a lower-triangular L, or ``L⁻ᵀ B`` with ``transposed``."""
     X, info = lapack.dtrtrs(L, B, lower=1, trans=int(transposed))
-    _check(info, "trtrs")
+    _check(info, "trtrs", "singular matrix")
     return X
