@@ -70,7 +70,24 @@ def logsumexp(a: np.ndarray, axis: int, keepdims: bool = False) -> np.ndarray:
     return out if keepdims else np.squeeze(out, axis=axis)
 
 
-def _component_logp_np(Omega, mu, sigma2):
+def diagonal_gaussian_component_logp(Omega: np.ndarray, mu: np.ndarray,
+                                     sigma2: np.ndarray) -> np.ndarray:
+    """Log-density of every frequency under every diagonal Gaussian mixture component.
+
+    Parameters
+    ----------
+    Omega : ndarray of shape (M, m)
+        The frequencies ω_j (rows).
+    mu : ndarray of shape (K, m)
+        Component means μ_k.
+    sigma2 : ndarray of shape (K, m)
+        Component variances σ²_k (per dimension).
+
+    Returns
+    -------
+    ndarray of shape (M, K)
+        ``log N(ω_j | μ_k, diag σ²_k)``; the mixture weights are not included.
+    """
     diff = Omega[:, None, :] - mu[None, :, :]
     return -0.5 * np.sum(diff**2 / sigma2 + np.log(2 * np.pi * sigma2), axis=2)
 
@@ -258,7 +275,7 @@ class DPMixtureSpectral(Component):
     def prior_logp_grad(self, Omega: np.ndarray, draw: dict) -> tuple[float, np.ndarray]:
         weights = self.weights_from_draw(draw)
         mu, sigma2 = draw["dp_mu"], draw["dp_sigma2"]
-        comp = _component_logp_np(Omega, mu, sigma2) + np.log(weights)
+        comp = diagonal_gaussian_component_logp(Omega, mu, sigma2) + np.log(weights)
         total = logsumexp(comp, axis=1, keepdims=True)
         resp = np.exp(comp - total)  # (M, K)
         grad = -np.einsum("jk,jkd->jd", resp, (Omega[:, None, :] - mu[None]) / sigma2[None])

@@ -18,10 +18,10 @@ import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
 from pytensor.tensor.slinalg import solve_triangular
-from scipy import linalg
 
 from bayesmv.components.base import LATENT, VIEWS, BuildContext, Component
 from bayesmv.data import MultiViewData
+from bayesmv.linalg import cho_solve_lower, cholesky_lower
 
 
 def collapsed_view_logp(X, H, W, V, tau):
@@ -270,7 +270,7 @@ def latent_gaussian(draw: dict, observed_views, observed_index, patterns: np.nda
     chols = np.empty((len(patterns), m, m))
     mean = np.empty((n, m))
     for p, mask in enumerate(patterns):
-        chols[p] = np.linalg.cholesky(latent_precision(G, mask))
+        chols[p] = cholesky_lower(latent_precision(G, mask))
         rows = pattern_of_row == p
-        mean[rows] = linalg.cho_solve((chols[p], True), b[rows].T).T
+        mean[rows] = cho_solve_lower(chols[p], b[rows].T).T
     return mean, chols

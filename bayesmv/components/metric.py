@@ -17,8 +17,10 @@ Two readings of the g-term (``objective``):
 
 A learned A enters the graph through a free lower-triangular factor ``L`` (``A = L Lᵀ``,
 variable ``A_chol`` holding the packed lower triangle per task) and the prior as a potential;
-the view weights, when learned, are ``Dirichlet(1)`` (flat on the simplex).  The NumPy solvers
-in :mod:`bayesmv.inference.metric` optimise exactly this density (the tests compare the two).
+the view weights, when learned, are ``Dirichlet(1)`` (flat on the simplex).  MVML's NumPy
+solvers (:class:`~bayesmv.models.mvml.MVML`) optimise exactly this density (the tests compare
+the two); they take the data of a fit as a :class:`MetricProblem` and start from
+:func:`initial_metric`, both defined here.
 
 The flat variables (``A_chol``, and ``g`` or ``h`` under ``"paper"``) are
 :class:`~bayesmv.components.base.WideFlat` (flat up to ``½(x/FLAT_SCALE)²``, and drawable), so
@@ -28,6 +30,10 @@ the penalties define.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 import pymc as pm
@@ -43,16 +49,98 @@ from bayesmv.components.base import (
     WideFlat,
 )
 from bayesmv.components.linear import concatenated
-from bayesmv.inference.metric import (
-    LEARN_A,
-    OBJECTIVES,
-    MetricProblem,
-    initial_metric,
-    psd_factor,
-)
+from bayesmv.linalg import psd_factor
 from bayesmv.params import check_positive
 
-__all__ = ["BlockMetricCombiner"]
+__all__ = ["BlockMetricCombiner", "MetricProblem", "initial_metric"]
+
+#: the choices of the metric (``learn_A``) and of the reading of the g-term (``objective``)
+LEARN_A = ("full", "sparse", "identity", "cov")
+OBJECTIVES = ("paper", "bayes")
+
+_T = TypeVar("_T")
+
+
+@dataclass
+class MetricProblem:
+    """The fixed data of one MVML fit: Nyström features and their view blocks.
+
+    Parameters
+    ----------
+    U : ndarray of shape (N, n)
+        ``[U_1, …, U_V]``.
+    sizes : tuple of int
+        ``r_v`` per view.
+    """
+
+    U: np.ndarray
+    sizes: tuple[int, ...]
+    _gram: np.ndarray | None = field(default=None, repr=False)
+    _memo: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self.U = np.ascontiguousarray(self.U, dtype=float)
+        self.sizes = tuple(int(s) for s in self.sizes)
+        if self.U.ndim != 2 or sum(self.sizes) != self.U.shape[1]:
+            raise ValueError("U must be (N, sum(sizes))")
+        self.edges = np.concatenate([[0], np.cumsum(self.sizes)]).astype(int)
+
+    @property
+    def n_views(self) -> int:
+        return len(self.sizes)
+
+    @property
+    def n(self) -> int:
+        return int(self.U.shape[1])
+
+    def block(self, v: int) -> slice:
+        return slice(int(self.edges[v]), int(self.edges[v + 1]))
+
+    def view_of_feature(self) -> np.ndarray:
+        return np.repeat(np.arange(self.n_views), self.sizes)
+
+    @property
+    def gram(self) -> np.ndarray:
+        """``ŨᵀŨ`` (unweighted), computed once."""
+        if self._gram is None:
+            self._gram = self.U.T @ self.U
+        return self._gram
+
+    def cached(self, name: str, key: Hashable, compute: Callable[[], _T]) -> _T:
+        """``compute()``, kept under ``name`` for the latest ``key`` only.
+
+        For what a solver derives from the features and reuses across the fits of one
+        problem (the MVML solvers' eigenbasis per view weights, shared by every one-vs-rest
+        task); a call with another key recomputes and replaces it.
+        """
+        hit = self._memo.get(name)
+        if hit is None or hit[0] != key:
+            hit = self._memo[name] = (key, compute())
+        return hit[1]
+
+    def feature_weights(self, w: np.ndarray) -> np.ndarray:
+        return np.repeat(np.asarray(w, dtype=float), self.sizes)
+
+    def Z(self, w: np.ndarray) -> np.ndarray:
+        return self.U * self.feature_weights(w)
+
+
+def initial_metric(problem: MetricProblem, learn_A: str) -> np.ndarray:
+    """The paper's starting / fixed metric.
+
+    ``full`` and ``sparse`` start from ``blockdiag(U_vᵀU_v)``; ``identity`` is ``I``
+    (MVML_I); ``cov`` is ``A_uv = U_uᵀU_v`` (MVML_Cov).
+    """
+    n = problem.n
+    if learn_A == "identity":
+        return np.eye(n)
+    if learn_A == "cov":
+        return problem.gram.copy()
+    A = np.zeros((n, n))
+    for v in range(problem.n_views):
+        b = problem.block(v)
+        A[b, b] = problem.U[:, b].T @ problem.U[:, b]
+    return A
 
 
 class BlockMetricCombiner(Component):

@@ -21,9 +21,9 @@ from pymc.step_methods.compound import Competence, StepMethodState
 from pymc.util import get_random_generator
 from threadpoolctl import threadpool_limits
 
-from bayesmv.components.features import _component_logp_np, fourier_features
-from bayesmv.inference.lapack import cho_solve_lower, cholesky_lower, solve_lower
+from bayesmv.components.features import diagonal_gaussian_component_logp, fourier_features
 from bayesmv.inference.slice import slice_sample_independent
+from bayesmv.linalg import cho_solve_lower, cholesky_lower, solve_lower
 
 #: below this |a| the GIG(1/2, 1, a²) conditional of λ is its a → 0 limit Gamma(1/2, rate 1/2)
 _TINY_MARGIN = 1e-10
@@ -311,7 +311,7 @@ class LatentVariableGibbs(GibbsBlockStep):
 
 def dp_assignment_logits(Omega, weights, mu, sigma2) -> np.ndarray:
     """Unnormalised log p(z_j = k | ω_j, π, μ, σ²) = log π_k + log N(ω_j | μ_k, σ²_k), (M, K)."""
-    return _component_logp_np(Omega, mu, sigma2) + np.log(np.maximum(weights, 1e-300))
+    return diagonal_gaussian_component_logp(Omega, mu, sigma2) + np.log(np.maximum(weights, 1e-300))
 
 
 def stick_conditional(counts, alpha) -> tuple[np.ndarray, np.ndarray]:

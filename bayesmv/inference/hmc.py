@@ -32,7 +32,7 @@ from bayesmv.inference.gibbs import (
     draw_gaussian_from_precision,
     sample_lambdas,
 )
-from bayesmv.inference.lapack import solve_lower
+from bayesmv.linalg import solve_lower
 
 
 def fourier_pullback(cos: np.ndarray, sin: np.ndarray, G_cos: np.ndarray,

@@ -45,10 +45,13 @@ objective), or its EM counterpart with the posterior covariance of g (bayes obje
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 from scipy import linalg, optimize
+
+from bayesmv.components.metric import LEARN_A, OBJECTIVES, MetricProblem, initial_metric
+from bayesmv.linalg import psd_factor, try_cholesky_upper
 
 __all__ = [
     "MetricFit",
@@ -63,9 +66,6 @@ __all__ = [
     "psd_factor",
     "simplex_least_squares",
 ]
-
-LEARN_A = ("full", "sparse", "identity", "cov")
-OBJECTIVES = ("paper", "bayes")
 
 # Armijo constant of the backtracking line searches
 _ARMIJO = 1e-4
@@ -105,28 +105,6 @@ def cholesky_rank_one_update(R: np.ndarray, x: np.ndarray) -> np.ndarray:
             x[k + 1:] *= c
             x[k + 1:] -= s * row
     return R
-
-
-def _cholesky_upper(A: np.ndarray) -> np.ndarray | None:
-    try:
-        return linalg.cholesky(A, lower=False, check_finite=False)
-    except linalg.LinAlgError:
-        return None
-
-
-def psd_factor(A: np.ndarray, rtol: float = 1e-12) -> np.ndarray:
-    """A square root ``L`` (n × k) with ``A ≈ L Lᵀ`` of a symmetric PSD matrix.
-
-    Cholesky when A is numerically positive definite; otherwise the eigen-factor restricted to
-    eigenvalues above ``rtol · max eigenvalue`` (those below are zero in floating point).
-    """
-    R = _cholesky_upper(A)
-    if R is not None and np.all(np.isfinite(R)):
-        return R.T
-    d, V = linalg.eigh(0.5 * (A + A.T), check_finite=False)
-    top = max(d[-1], 0.0)
-    keep = d > rtol * top
-    return V[:, keep] * np.sqrt(d[keep])
 
 
 def block_norms(A: np.ndarray, sizes: tuple[int, ...]) -> np.ndarray:
@@ -206,87 +184,18 @@ def _cubic_root(sigma: np.ndarray, eta: float) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------------- problem
-@dataclass
-class MetricProblem:
-    """The fixed data of one MVML fit: Nyström features and their view blocks.
+def _eigen_basis(problem: MetricProblem, w: np.ndarray) -> EigenBasis:
+    """The generalised eigenbasis of ``(ZᵀZ, A₀)`` for view weights w (cached on the problem
+    per w: every one-vs-rest task starts from the same A₀)."""
 
-    Parameters
-    ----------
-    U : ndarray of shape (N, n)
-        ``[U_1, …, U_V]``.
-    sizes : tuple of int
-        ``r_v`` per view.
-    """
+    def compute() -> EigenBasis:
+        L0, _ = _initial_factor(problem, "full")
+        P = problem.Z(w) @ L0
+        lam, Q = linalg.eigh(P.T @ P, check_finite=False)
+        return EigenBasis(T=L0 @ Q, ZT=P @ Q, lam=np.maximum(lam, 0.0), L0=L0,
+                          A0=initial_metric(problem, "full"))
 
-    U: np.ndarray
-    sizes: tuple[int, ...]
-    _gram: np.ndarray | None = field(default=None, repr=False)
-    _eig_cache: tuple | None = field(default=None, repr=False)
-
-    def __post_init__(self) -> None:
-        self.U = np.ascontiguousarray(self.U, dtype=float)
-        self.sizes = tuple(int(s) for s in self.sizes)
-        if self.U.ndim != 2 or sum(self.sizes) != self.U.shape[1]:
-            raise ValueError("U must be (N, sum(sizes))")
-        self.edges = np.concatenate([[0], np.cumsum(self.sizes)]).astype(int)
-
-    @property
-    def n_views(self) -> int:
-        return len(self.sizes)
-
-    @property
-    def n(self) -> int:
-        return int(self.U.shape[1])
-
-    def block(self, v: int) -> slice:
-        return slice(int(self.edges[v]), int(self.edges[v + 1]))
-
-    def view_of_feature(self) -> np.ndarray:
-        return np.repeat(np.arange(self.n_views), self.sizes)
-
-    @property
-    def gram(self) -> np.ndarray:
-        """``ŨᵀŨ`` (unweighted), computed once."""
-        if self._gram is None:
-            self._gram = self.U.T @ self.U
-        return self._gram
-
-    def eigen_basis(self, w: np.ndarray) -> EigenBasis:
-        """The generalised eigenbasis of ``(ZᵀZ, A₀)`` for view weights w (cached per w:
-        every one-vs-rest task starts from the same A₀)."""
-        key = tuple(np.asarray(w, dtype=float).tolist())
-        if self._eig_cache is None or self._eig_cache[0] != key:
-            L0, _ = _initial_factor(self, "full")
-            P = self.Z(w) @ L0
-            lam, Q = linalg.eigh(P.T @ P, check_finite=False)
-            eb = EigenBasis(T=L0 @ Q, ZT=P @ Q, lam=np.maximum(lam, 0.0), L0=L0,
-                            A0=initial_metric(self, "full"))
-            self._eig_cache = (key, eb)
-        return self._eig_cache[1]
-
-    def feature_weights(self, w: np.ndarray) -> np.ndarray:
-        return np.repeat(np.asarray(w, dtype=float), self.sizes)
-
-    def Z(self, w: np.ndarray) -> np.ndarray:
-        return self.U * self.feature_weights(w)
-
-
-def initial_metric(problem: MetricProblem, learn_A: str) -> np.ndarray:
-    """The paper's starting / fixed metric.
-
-    ``full`` and ``sparse`` start from ``blockdiag(U_vᵀU_v)``; ``identity`` is ``I``
-    (MVML_I); ``cov`` is ``A_uv = U_uᵀU_v`` (MVML_Cov).
-    """
-    n = problem.n
-    if learn_A == "identity":
-        return np.eye(n)
-    if learn_A == "cov":
-        return problem.gram.copy()
-    A = np.zeros((n, n))
-    for v in range(problem.n_views):
-        b = problem.block(v)
-        A[b, b] = problem.U[:, b].T @ problem.U[:, b]
-    return A
+    return problem.cached("eigen_basis", tuple(np.asarray(w, dtype=float).tolist()), compute)
 
 
 def _initial_factor(problem: MetricProblem, learn_A: str) -> tuple[np.ndarray, bool]:
@@ -314,7 +223,7 @@ def _initial_factor(problem: MetricProblem, learn_A: str) -> tuple[np.ndarray, b
             R = None
         if R is None or np.min(np.abs(np.diag(R))) <= 1e-13 * np.max(np.abs(np.diag(R))):
             # fewer rows than features in this view, or rank-deficient: A_vv is singular
-            R = _cholesky_upper(Uv.T @ Uv)
+            R = try_cholesky_upper(Uv.T @ Uv)
             if R is None:
                 raise np.linalg.LinAlgError(
                     f"the initial metric block of view {v} is singular (fewer Nyström-feature "
@@ -634,7 +543,7 @@ def _fit_paper_full(problem: MetricProblem, y: np.ndarray, w: np.ndarray, lmbda:
     L0, _ = _initial_factor(problem, "full")
     R = L0.T.copy()
     A_norm2 = float(np.sum(initial_metric(problem, "full") ** 2))
-    lowrank = None if learn_w else _LowRankMetric(problem.eigen_basis(w), Z, y, lmbda)
+    lowrank = None if learn_w else _LowRankMetric(_eigen_basis(problem, w), Z, y, lmbda)
 
     def solve():
         if lowrank is not None:
@@ -769,7 +678,7 @@ def _psd_factor_active(A: np.ndarray, problem: MetricProblem, active: np.ndarray
     n = problem.n
     idx = _active_index(problem, active)
     sub = A[np.ix_(idx, idx)]
-    Ra = _cholesky_upper(sub)
+    Ra = try_cholesky_upper(sub)
     if Ra is not None and np.all(np.isfinite(Ra)):
         return A, _embed_factor(n, idx, Ra)
     d, V = linalg.eigh(0.5 * (sub + sub.T), check_finite=False)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy.linalg import LinAlgError
 
-from bayesmv.inference.lapack import cho_solve_lower, cholesky_lower, solve_lower
+from bayesmv.linalg import cho_solve_lower, cholesky_lower, solve_lower
 
 
 @pytest.mark.parametrize("n, k", [(1, 1), (7, 1), (12, 5)])
