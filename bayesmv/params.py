@@ -7,7 +7,8 @@ message naming the parameter.
 from __future__ import annotations
 
 import numbers
-from typing import Any
+import warnings
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -51,3 +52,44 @@ def check_random_seed(value: Any, name: str = "random_seed") -> None:
     if (isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Integral)
             or value < 0):
         raise ValueError(f"{name} must be None or a non-negative integer, got {value!r}")
+
+
+class RenamedParameters:
+    """Deprecated aliases of renamed parameters, one definition for estimators and components.
+
+    A class lists ``RENAMED = {new name: old name}``; the old name stays an ``__init__``
+    parameter (default None, stored under its own name, as ``get_params`` and ``clone``
+    require) and, when given, takes precedence with a ``FutureWarning``
+    (:meth:`_warn_renamed`, once per fit or build).  Code reads a renamed parameter through
+    :meth:`_param` only.
+    """
+
+    RENAMED: ClassVar[dict[str, str]] = {}
+
+    def _param(self, name: str) -> Any:
+        """The effective value of parameter ``name``: its deprecated alias when that is given."""
+        return getattr(self, self._param_name(name))
+
+    def _param_name(self, name: str) -> str:
+        """The name the user set parameter ``name``'s value under (for error messages)."""
+        old = self.RENAMED.get(name)
+        return old if old is not None and getattr(self, old, None) is not None else name
+
+    def _warn_renamed(self, stacklevel: int = 3) -> None:
+        """One ``FutureWarning`` per deprecated alias that is given."""
+        for new, old in self.RENAMED.items():
+            if getattr(self, old, None) is not None:
+                warnings.warn(f"{type(self).__name__}({old}=...) is deprecated; use {new}=..., "
+                              "the same parameter under its new name", FutureWarning,
+                              stacklevel=stacklevel)
+
+    @classmethod
+    def upgrade_params(cls, params: dict[str, Any]) -> dict[str, Any]:
+        """Saved ``get_params()`` of an older version with the new names: an old name that
+        was saved without its new one (written before the rename) moves to the new name, so
+        loading such a file warns of nothing."""
+        out = dict(params)
+        for new, old in cls.RENAMED.items():
+            if old in out and new not in out:
+                out[new] = out.pop(old)
+        return out

@@ -98,9 +98,9 @@ def grid_benchmark(lines: list[str]) -> None:
     X = np.hstack(views)
     sizes = tuple(v.shape[1] for v in views)
     workloads = [
-        ("light", 1000, 5, {"rho": [0.0, 0.25, 0.5, 0.75, 1.0], "lam": [1e-3, 1e-2, 1e-1, 1.0],
+        ("light", 1000, 5, {"rho": [0.0, 0.25, 0.5, 0.75, 1.0], "alpha": [1e-3, 1e-2, 1e-1, 1.0],
                             "gamma": ["scale"]}),
-        ("heavy", 2000, 5, {"rho": [0.0, 0.5, 1.0], "lam": [1e-2, 1e-1], "gamma": ["scale"]}),
+        ("heavy", 2000, 5, {"rho": [0.0, 0.5, 1.0], "alpha": [1e-2, 1e-1], "gamma": ["scale"]}),
     ]
     header = (f"{'workload':<8} {'N_train':>7} {'fits':>5}  {'run':<36} {'wall s':>7} "
               f"{'ms/fit':>7} {'x n_jobs1':>8} {'x 1 thr':>8}  same result")
@@ -159,7 +159,7 @@ def grid_benchmark(lines: list[str]) -> None:
 
 def chains_benchmark(lines: list[str]) -> None:
     views, y = load_multiple_features(classes=(3, 5))
-    params = dict(latent_dim=10, n_features=50, draws=300, tune=300, chains=2, random_seed=0)
+    params = dict(latent_dim=10, n_frequencies=50, draws=300, tune=300, chains=2, random_seed=0)
     header = f"{'run':<40} {'wall s':>7} {'speed-up':>8}  draws identical to cores=1"
     _emit(lines, "", "2. M3LAK chains (hybrid sampler, digits 3 vs 5, N = 400, 6 views, "
           "300 + 300 draws per chain, 2 chains)", header, "-" * len(header))

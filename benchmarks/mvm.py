@@ -231,7 +231,7 @@ def run_uci(seeds: int, out) -> None:
             Xtr, Xte, ytr, yte = [x[itr] for x in X], [x[ite] for x in X], y[itr], y[ite]
             C = cv_choose(partial(LogisticRegression, max_iter=5000), "C", LR_GRID, Xtr, ytr,
                           lr_fit_predict, seed)
-            lam = cv_choose(partial(FactorizationMachine, random_state=seed), "reg", FM_GRID_UCI,
+            reg = cv_choose(partial(FactorizationMachine, random_state=seed), "reg", FM_GRID_UCI,
                             Xtr, ytr, lr_fit_predict, seed)
             s = cv_choose(partial(MVM, rank=RANK, loss=LOSS, ensemble=1, random_seed=seed),
                           "prior_scale",
@@ -244,7 +244,7 @@ def run_uci(seeds: int, out) -> None:
             scaler = StandardScaler().fit(np.hstack(Xtr))
             Ztr, Zte = scaler.transform(np.hstack(Xtr)), scaler.transform(np.hstack(Xte))
             lr, t_lr = timed(LogisticRegression(C=C, max_iter=5000), Ztr, ytr)
-            fm, t_fm = timed(FactorizationMachine(reg=lam, random_state=seed), Ztr, ytr)
+            fm, t_fm = timed(FactorizationMachine(reg=reg, random_state=seed), Ztr, ytr)
             m = [metrics(yte, mvm.predict_proba(Xte)[:, 1]),
                  metrics(yte, lap.predict_proba(Xte)[:, 1]),
                  metrics(yte, sampled_factor_proba(lap, Xte)),
@@ -255,7 +255,7 @@ def run_uci(seeds: int, out) -> None:
             rows.append(row)
             out(f"{name:<17}{seed:>4} |{_fmt(row[2:7], 7, 3)} |{_fmt(row[7:12], 8, 4)} | "
                 f"{row[12]:>6.1f}{row[13]:>6.2f}{row[14]:>6.1f} |{khat:>6.2f} | "
-                f"{s:g} / {C:g} / {lam:g}")
+                f"{s:g} / {C:g} / {reg:g}")
     out("-" * len(header))
     for name in dict.fromkeys(r[0] for r in rows):
         mean = np.array([r[2:15] for r in rows if r[0] == name], dtype=float).mean(axis=0)

@@ -57,7 +57,7 @@ def fit_ours(X, y, tr, te, nystrom, seed, **kw):
     return acc, elapsed, clf
 
 
-def fit_reference(X, y, tr, te, nystrom, subset, lmbda=0.1, eta=1.0):
+def fit_reference(X, y, tr, te, nystrom, subset, alpha=0.1, metric_penalty=1.0):
     """The reference on the same kernels and subset; returns (accuracy, seconds) or None."""
     from multimodal.kernels.mvml import MVML as Ref
 
@@ -73,7 +73,7 @@ def fit_reference(X, y, tr, te, nystrom, subset, lmbda=0.1, eta=1.0):
         def fit(self, X_, y_):
             return super().fit(X_, y_, views_ind=views_ind)
 
-    ref = Reference(lmbda=lmbda, eta=eta, nystrom_param=nystrom, kernel="rbf",
+    ref = Reference(lmbda=alpha, eta=metric_penalty, nystrom_param=nystrom, kernel="rbf",
                     kernel_params={"gamma": 1.0}, learn_A=1)
     if len(np.unique(y)) > 2:
         ref = OneVsRestClassifier(ref)
@@ -159,19 +159,20 @@ def main() -> None:
             f"{{0.1, 1, 10}} × {n_splits} splits")
         out(f"{'λ':>6} {'η':>5} | {'bayesmv min/mean/max':>22} | {'reference min/mean/max':>24}")
         all_o, all_r = [], []
-        for lmbda in (0.01, 0.1, 1.0):
+        for alpha in (0.01, 0.1, 1.0):
             for eta in (0.1, 1.0, 10.0):
                 acc_o, acc_r = [], []
                 for k, (tr, te) in enumerate(sp):
-                    acc, _, clf = fit_ours(X, y, tr, te, 0.1, seed=k, lmbda=lmbda, eta=eta)
+                    acc, _, clf = fit_ours(X, y, tr, te, 0.1, seed=k, alpha=alpha,
+                                           metric_penalty=eta)
                     acc_o.append(acc)
-                    a, _, err = fit_reference(X, y, tr, te, 0.1, clf.nystrom_subset_, lmbda,
+                    a, _, err = fit_reference(X, y, tr, te, 0.1, clf.nystrom_subset_, alpha,
                                               eta)
                     acc_r.append(np.nan if err else a)
                 all_o += acc_o
                 all_r += acc_r
                 r = np.asarray(acc_r)
-                out(f"{lmbda:>6} {eta:>5} | {min(acc_o):.3f} / {np.mean(acc_o):.3f} / "
+                out(f"{alpha:>6} {eta:>5} | {min(acc_o):.3f} / {np.mean(acc_o):.3f} / "
                     f"{max(acc_o):.3f}    | {np.nanmin(r):.3f} / {np.nanmean(r):.3f} / "
                     f"{np.nanmax(r):.3f}" + (f" ({np.isnan(r).sum()} raised)"
                                              if np.isnan(r).any() else ""))
@@ -204,8 +205,8 @@ def main() -> None:
         variants = [("full, paper (default)", {}),
                     ("full, bayes (EM on p(A|y))", {"objective": "bayes"}),
                     ("sparse, paper", {"learn_A": "sparse"}),
-                    ("sparse, paper, η = 10", {"learn_A": "sparse", "eta": 10.0}),
-                    ("sparse, bayes, η = 10", {"learn_A": "sparse", "eta": 10.0,
+                    ("sparse, paper, η = 10", {"learn_A": "sparse", "metric_penalty": 10.0}),
+                    ("sparse, bayes, η = 10", {"learn_A": "sparse", "metric_penalty": 10.0,
                                                "objective": "bayes"}),
                     ("identity (MVML_I)", {"learn_A": "identity"}),
                     ("cov (MVML_Cov)", {"learn_A": "cov"}),

@@ -163,7 +163,7 @@ def rhotmvrkm_row(est, Xtr, ytr, Xte, yte) -> dict:
     fit_s = time.perf_counter() - t0
     sel = est.selection_
     m = sel.get("width")
-    note = (f"rho={est.rho_:.3g} lam={est.lam_:.3g}" + (f" m={m:.3g}" if m else "")
+    note = (f"rho={est.rho_:.3g} alpha={est.alpha_:.3g}" + (f" m={m:.3g}" if m else "")
             + (f" slope={est.slope_:.3g}" if est.slope_ else "")
             + (f" AT BOUNDS {sel['at_bounds']}" if sel.get("at_bounds") else ""))
     return {**scores(yte, est.predict_proba(Xte), est.classes_), "fit_s": fit_s,
@@ -202,15 +202,15 @@ def cv_grid(Xtr, ytr, classes, rhos, lams, multipliers, folds=3, seed=0):
                 Kvr = (1 - rho) * np.sum(Kv, axis=0) + rho * np.prod(Kv, axis=0)
                 evals, Q = np.linalg.eigh(K)
                 QtY, Qt1, KvQ = Q.T @ Y, Q.T.sum(axis=1), Kvr @ Q
-                for lam in lams:
-                    d = 1.0 / (evals + lam)  # (K + λI)⁻¹ = Q diag(d) Qᵀ, for every task
+                for alpha in lams:
+                    d = 1.0 / (evals + alpha)  # (K + λI)⁻¹ = Q diag(d) Qᵀ, for every task
                     s = Qt1 @ (d * Qt1)
                     b = (Qt1 * d) @ QtY / s
                     coef = d[:, None] * (QtY - np.outer(Qt1, b))  # Qᵀ α / τ
                     F = tau * KvQ @ coef + b
                     pred = classes[np.argmax(F @ codes.T, axis=1)]
                     acc = np.mean(pred == ytr[val_rows])
-                    key = (rho, lam, mult)
+                    key = (rho, alpha, mult)
                     scores_[key] = scores_.get(key, 0.0) + acc / folds
     return max(scores_, key=scores_.get)
 
@@ -228,33 +228,33 @@ def criteria_part(tasks, seeds, jsonl) -> list[dict]:
                    for name, kw in settings]
         Str, Ste = standardise(Xtr, Xte)
         t0 = time.perf_counter()
-        grid = {"rho": (0, 0.25, 0.5, 0.75, 1.0), "lam": (1e-4, 1e-3, 1e-2, 1e-1, 1.0),
+        grid = {"rho": (0, 0.25, 0.5, 0.75, 1.0), "alpha": (1e-4, 1e-3, 1e-2, 1e-1, 1.0),
                 "gamma": (0.3, 1.0, 3.0)}
-        rho, lam, mult = cv_grid(Str, ytr, classes, rhos=grid["rho"], lams=grid["lam"],
+        rho, alpha, mult = cv_grid(Str, ytr, classes, rhos=grid["rho"], lams=grid["alpha"],
                                  multipliers=grid["gamma"])
         t_grid = time.perf_counter() - t0
-        refit = rhotmvrkm_row(RhoTMVRKM(rho=rho, lam=lam,
+        refit = rhotmvrkm_row(RhoTMVRKM(rho=rho, alpha=alpha,
                                         gamma=[mult / X.shape[1] for X in Str],
                                         standardize=False), Str, ytr, Ste, yte)
         # the grid's own edges (ϱ's are the ends of its range)
-        edges = [name for name, value in (("rho", rho), ("lam", lam), ("gamma", mult))
+        edges = [name for name, value in (("rho", rho), ("alpha", alpha), ("gamma", mult))
                  if value in (grid[name][0], grid[name][-1])]
         refit.update(select_s=t_grid, fit_s=t_grid + refit["fit_s"], at_bounds=edges,
-                     note=f"rho={rho} lam={lam} gamma x {mult}")
+                     note=f"rho={rho} alpha={alpha} gamma x {mult}")
         results.append(("3-fold CV grid (+ LOO slope)", refit))
         record(rows, "criteria", task, seed, results, jsonl)
     return rows
 
 
 # ------------------------------------------------------------------ fixed
-def bare_fit_predict(Xtr, ytr, Xte, classes, gammas, rho, lam, eta=1.0):
+def bare_fit_predict(Xtr, ytr, Xte, classes, gammas, rho, alpha, eta=1.0):
     """The paper's algorithm in plain numpy: kernels, one solve, eq. 15."""
     V, N = len(Xtr), len(ytr)
     Ktr = [rbf_kernel(X, gamma=g) for X, g in zip(Xtr, gammas, strict=True)]
     tau = (1 - rho) * V + rho
     A = np.empty((N + 1, N + 1))
     A[:N, :N] = ((1 - rho) * np.sum(Ktr, axis=0) + rho * np.prod(Ktr, axis=0)) / eta
-    A[np.arange(N), np.arange(N)] += lam
+    A[np.arange(N), np.arange(N)] += alpha
     A[:N, N], A[N, :N], A[N, N] = tau, 1.0, 0.0
     Y = np.where(ytr[:, None] == classes[None, :], 1.0, -1.0)
     sol = np.linalg.solve(A, np.vstack([tau * Y, np.zeros((1, len(classes)))]))
@@ -266,8 +266,8 @@ def bare_fit_predict(Xtr, ytr, Xte, classes, gammas, rho, lam, eta=1.0):
 def fixed_part(seeds) -> None:
     views, y = task_data("digits10")
     classes = np.unique(y)
-    fixed = dict(rho=0.5, lam=1e-3, gamma="scale")
-    print("Fixed rho=0.5, lam=1e-3, gamma=1/D_v on all ten digits: bayesmv fit + predict "
+    fixed = dict(rho=0.5, alpha=1e-3, gamma="scale")
+    print("Fixed rho=0.5, alpha=1e-3, gamma=1/D_v on all ten digits: bayesmv fit + predict "
           "against the bare computation (its predictions are the paper's rule, which the "
           "default calibration's argmax keeps; calibration='likelihood' is the same solve "
           "without the leave-one-out slope, and predicts by the Gaussian model's h)")
@@ -281,7 +281,7 @@ def fixed_part(seeds) -> None:
             out.append((pred, time.perf_counter() - t0))
         t0 = time.perf_counter()
         bare = bare_fit_predict(Str, ytr, Ste, classes, [1.0 / X.shape[1] for X in Str],
-                                fixed["rho"], fixed["lam"])
+                                fixed["rho"], fixed["alpha"])
         t_bare = time.perf_counter() - t0
         print(f"  seed {seed}: bayesmv acc {np.mean(out[0][0] == yte):.4f} "
               f"{out[0][1]:.2f} s (same predictions as bare: "
@@ -291,7 +291,7 @@ def fixed_part(seeds) -> None:
 
 
 # ------------------------------------------------------------------ large
-def large_part(n_total: int, n_features: tuple[int, ...]) -> None:
+def large_part(n_total: int, n_frequencies: tuple[int, ...]) -> None:
     X, y = make_nonlinear_latent(n_samples=n_total + 2000, view_dims=(50, 30, 20),
                                  latent_dim=4, nonlinearity="circle", noise=0.5,
                                  label_noise=0.2, random_state=0)
@@ -307,11 +307,11 @@ def large_part(n_total: int, n_features: tuple[int, ...]) -> None:
         print(f"  exact kernels on a {n_sub}-row subsample: acc {s['acc']:.4f}, Brier "
               f"{s['brier']:.4f}, fit + predict {time.perf_counter() - t0:.1f} s (selection "
               f"{exact.selection_['seconds']:.1f} s on {exact.selection_['n_samples']} rows; "
-              f"ϱ={exact.rho_:.2f}, λ={exact.lam_:.2g})", flush=True)
-    hyper = dict(rho=exact.rho_, lam=exact.lam_, gamma=exact.gamma_)
-    for M in n_features:
+              f"ϱ={exact.rho_:.2f}, λ={exact.alpha_:.2g})", flush=True)
+    hyper = dict(rho=exact.rho_, alpha=exact.alpha_, gamma=exact.gamma_)
+    for M in n_frequencies:
         t0 = time.perf_counter()
-        rff = RhoTMVRKM(n_features=M, random_seed=0, **hyper).fit(Xtr, ytr)
+        rff = RhoTMVRKM(n_frequencies=M, random_seed=0, **hyper).fit(Xtr, ytr)
         t_fit = time.perf_counter() - t0
         s = scores(yte, rff.predict_proba(Xte), rff.classes_)
         print(f"  random features (M = {M}) on all {n_total} rows, the 4000-row fit's "

@@ -28,7 +28,7 @@ def run(sampler: str, n: int, draws: int, tune: int) -> tuple:
     X, y = make_nonlinear_latent(n_samples=n, view_dims=VIEW_DIMS, random_state=0)
     # the paper's sizes (m = 20, M = 100), which the recorded figures use; M3LAK's defaults
     # are now m = 10, M = 50
-    est = M3LAK(inference=sampler, latent_dim=20, n_features=100, draws=draws, tune=tune,
+    est = M3LAK(inference=sampler, latent_dim=20, n_frequencies=100, draws=draws, tune=tune,
                 chains=2, cores=2, random_seed=0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)

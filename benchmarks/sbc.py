@@ -123,16 +123,16 @@ class M3LAKProblem:
     view_dims: tuple[int, ...] = (4, 3)
     latent_dim: int = 2
     view_latent_dim: int = 1
-    n_features: int = 10
+    n_frequencies: int = 10
     n_components: int = 3
     C: float = 1.0
-    alpha: float = 1.0
+    concentration: float = 1.0
     bandwidth: float = 2.0
     a_r: float = 4.0
     b_r: float = 4.0
     a_tau: float = 4.0
     b_tau: float = 2.0
-    eta: float = 4.0
+    view_loading_precision: float = 4.0
     v_prior: tuple[float, float] = (4.0, 4.0)
     # the DP base measure's constants are not estimator parameters: the spectral
     # component's defaults (DPMixtureSpectral's kappa0 and a0)
@@ -140,10 +140,11 @@ class M3LAKProblem:
     a0: float = 3.0
 
     def estimator(self) -> M3LAK:
-        return M3LAK(latent_dim=self.latent_dim, n_features=self.n_features, C=self.C,
+        return M3LAK(latent_dim=self.latent_dim, n_frequencies=self.n_frequencies, C=self.C,
                      view_latent_dim=self.view_latent_dim, n_components=self.n_components,
-                     alpha=self.alpha, bandwidth=self.bandwidth, a_r=self.a_r, b_r=self.b_r,
-                     a_tau=self.a_tau, b_tau=self.b_tau, eta=self.eta, v_prior=self.v_prior,
+                     concentration=self.concentration, bandwidth=self.bandwidth, a_r=self.a_r,
+                     b_r=self.b_r, a_tau=self.a_tau, b_tau=self.b_tau,
+                     view_loading_precision=self.view_loading_precision, v_prior=self.v_prior,
                      spectral="dp_mixture")
 
     def probe(self) -> tuple[np.ndarray, ...]:
@@ -153,10 +154,10 @@ class M3LAKProblem:
 
 def m3lak_prior(p: M3LAKProblem, rng: np.random.Generator) -> dict:
     """Every parameter the hybrid sampler updates, from its prior (natural space)."""
-    m, M, K = p.latent_dim, p.n_features, p.n_components
+    m, M, K = p.latent_dim, p.n_frequencies, p.n_components
     a_v, b_v = p.v_prior
     v = rng.gamma(a_v, 1.0 / b_v)
-    sticks = rng.beta(1.0, p.alpha, size=K - 1)
+    sticks = rng.beta(1.0, p.concentration, size=K - 1)
     weights = np.append(sticks, 1.0) * np.concatenate([[1.0], np.cumprod(1.0 - sticks)])
     # E[σ²] = b0 / (a0 - 1) = bandwidth² / m
     b0 = (p.a0 - 1.0) * p.bandwidth**2 / m
@@ -173,7 +174,8 @@ def m3lak_prior(p: M3LAKProblem, rng: np.random.Generator) -> dict:
     }
     for v_, D in enumerate(p.view_dims):
         theta[f"W_{v_}"] = rng.standard_normal((D, m)) / np.sqrt(theta["r"][v_])
-        theta[f"V_{v_}"] = rng.standard_normal((D, p.view_latent_dim)) / np.sqrt(p.eta)
+        theta[f"V_{v_}"] = (rng.standard_normal((D, p.view_latent_dim))
+                            / np.sqrt(p.view_loading_precision))
     return theta
 
 
@@ -546,10 +548,11 @@ def main(argv: list[str] | None = None) -> None:
         blocks.append(report(
             f"M3LAK hybrid sampler (DP-mixture spectral density, v learned): N = "
             f"{m3.n_samples}, views {m3.view_dims}, m = {m3.latent_dim}, K = "
-            f"{m3.view_latent_dim}, M = {m3.n_features}, DP truncation {m3.n_components} "
-            f"(alpha {m3.alpha}, bandwidth {m3.bandwidth}), C = {m3.C}, v ~ Gamma{m3.v_prior}, "
-            f"tau ~ Gamma({m3.a_tau}, {m3.b_tau}), r ~ Gamma({m3.a_r}, {m3.b_r}), "
-            f"eta = {m3.eta}", res))
+            f"{m3.view_latent_dim}, M = {m3.n_frequencies}, DP truncation {m3.n_components} "
+            f"(concentration {m3.concentration}, bandwidth {m3.bandwidth}), C = {m3.C}, "
+            f"v ~ Gamma{m3.v_prior}, tau ~ Gamma({m3.a_tau}, {m3.b_tau}), "
+            f"r ~ Gamma({m3.a_r}, {m3.b_r}), "
+            f"view_loading_precision = {m3.view_loading_precision}", res))
         print(blocks[-1], "\n", flush=True)
     if args.model in ("mvlsvm", "both"):
         for label, (svm, settings) in MVLSVM_CASES.items():

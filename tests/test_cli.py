@@ -20,7 +20,7 @@ Z95 = float(norm.ppf(0.975))
 def test_defaults_are_the_estimator_defaults():
     args = cli.parse_args([])
     defaults = bayesmv.M3LAK().get_params()
-    for name in ("draws", "tune", "chains", "latent_dim", "n_features"):
+    for name in ("draws", "tune", "chains", "latent_dim", "n_frequencies"):
         assert getattr(args, name) == defaults[name]
     assert args.digits == (3, 5)
     assert args.seed == 0
@@ -36,20 +36,23 @@ def test_defaults_are_the_estimator_defaults():
 def test_quick_preset_and_explicit_options_win():
     args = cli.parse_args(["--quick"])
     assert {k: getattr(args, k) for k in cli.QUICK} == cli.QUICK
-    assert cli.QUICK == {"draws": 1000, "tune": 500, "chains": 2, "n_features": 50,
+    assert cli.QUICK == {"draws": 1000, "tune": 500, "chains": 2, "n_frequencies": 50,
                          "latent_dim": "auto"}
     args = cli.parse_args(["--quick", "--draws", "400", "--latent-dim", "4"])
     assert args.draws == 400 and args.latent_dim == 4
-    assert args.tune == 500 and args.n_features == 50
+    assert args.tune == 500 and args.n_frequencies == 50
 
 
 def test_all_options():
     args = cli.parse_args(["--draws", "7", "--tune", "0", "--chains", "3", "--cores", "1",
                            "--seed", "11", "--digits", "8", "1", "--sampler", "nuts",
-                           "--output", "x/y.nc", "--no-progress", "--n-features", "9"])
+                           "--output", "x/y.nc", "--no-progress", "--n-frequencies", "9"])
     assert (args.draws, args.tune, args.chains, args.cores, args.seed) == (7, 0, 3, 1, 11)
     assert args.digits == (1, 8)
-    assert args.sampler == "nuts" and args.no_progress and args.n_features == 9
+    assert args.sampler == "nuts" and args.no_progress and args.n_frequencies == 9
+    # the flag's old name still works, hidden from the help
+    assert cli.parse_args(["--n-features", "7"]).n_frequencies == 7
+    assert "--n-features" not in cli.build_parser().format_help()
     assert args.output == Path("x/y.nc")
 
 
@@ -121,7 +124,7 @@ def test_main_end_to_end(tmp_path, monkeypatch, capsys):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         status = cli.main(["--draws", "20", "--tune", "20", "--chains", "2", "--cores", "1",
-                           "--no-progress", "--latent-dim", "3", "--n-features", "10",
+                           "--no-progress", "--latent-dim", "3", "--n-frequencies", "10",
                            "--seed", "1", "--output", str(output)])
     assert status == 0
     # the convergence verdict goes into the report, never out as a raw warning

@@ -29,7 +29,7 @@ from bayesmv.inference.spec import HybridSpec
 
 
 def _estimator():
-    return M3LAK(latent_dim=2, n_features=3, view_latent_dim=1, n_components=3,
+    return M3LAK(latent_dim=2, n_frequencies=3, view_latent_dim=1, n_components=3,
                  v_prior=(2.0, 1.0), C=0.8)
 
 
@@ -124,7 +124,7 @@ def test_loadings_conditional_matches_joint(augmented):
     m = spec.latent_dim
     for v, (Xo, idx) in enumerate(zip(spec.views, spec.observed_index, strict=True)):
         mean, chol = loadings_conditional(Xo, nat["H"][idx], point[f"U_{v}"], nat["r"][v],
-                                          spec.eta, float(nat["tau"][v]))
+                                          spec.view_loading_precision, float(nat["tau"][v]))
         joint, cond = [], []
         for _ in range(3):
             WV = rng.normal(size=(Xo.shape[1], m + spec.view_latent_dim))
@@ -211,7 +211,7 @@ def test_dp_conditionals_match_complete_data_joint(augmented):
         return float(prior_logp(p)) + comp[np.arange(len(z)), z].sum()
 
     counts = np.bincount(z, minlength=K)
-    a, b = stick_conditional(counts, sp.alpha)
+    a, b = stick_conditional(counts, sp.concentration)
     mean, kn, an, bn = nig_conditional(Omega, z, K, sp.kappa0, sp.a0, sp.b0(m))
     rng = np.random.default_rng(5)
     joint, cond = [], []

@@ -20,7 +20,7 @@ from bayesmv import M3LAK, MVLSVM, MVM, MVML, RhoTMVRKM
 from bayesmv.datasets import load_multiple_features
 
 QUIET = dict(cores=1, progressbar=False)
-TINY_M3LAK = dict(latent_dim=3, n_features=16, view_latent_dim=1, n_components=3, draws=40,
+TINY_M3LAK = dict(latent_dim=3, n_frequencies=16, view_latent_dim=1, n_components=3, draws=40,
                   tune=40, chains=1, **QUIET)
 
 ESTIMATORS = {

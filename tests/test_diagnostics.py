@@ -192,7 +192,7 @@ def test_a_sampler_that_never_moved_is_flagged():
 def test_short_real_run_is_flagged():
     X, y = _two_views(40)
     with pytest.warns(ConvergenceWarning):
-        short = M3LAK(latent_dim=2, n_features=5, draws=15, tune=0, chains=2, cores=1,
+        short = M3LAK(latent_dim=2, n_frequencies=5, draws=15, tune=0, chains=2, cores=1,
                       random_seed=0).fit(X, y)
     rep = check_convergence(short)
     assert inference_kind(short) == "mcmc"  # M3LAK records attrs["sampler"]
@@ -209,7 +209,7 @@ def test_long_run_on_an_easy_problem_passes():
         warnings.simplefilter("error", ConvergenceWarning)
         # 2 × 4000: with two chains (four split halves) R-hat's own noise at an ESS of ~450
         # reached 1.012 for τ (seed 0 of four; the others ≤ 1.003), so draw enough to judge
-        long = M3LAK(latent_dim=2, n_features=5, spectral="gaussian", draws=4000, tune=200,
+        long = M3LAK(latent_dim=2, n_frequencies=5, spectral="gaussian", draws=4000, tune=200,
                      chains=2, cores=2, random_seed=0).fit(X, y)
     rep = check_convergence(long)
     assert rep.ok, rep
@@ -218,7 +218,7 @@ def test_long_run_on_an_easy_problem_passes():
 
 def test_map_and_laplace_fits_say_what_applies():
     X, y = _two_views(60, seed=1)
-    kw = dict(rho=0.5, lam=0.5, gamma="scale")
+    kw = dict(rho=0.5, alpha=0.5, gamma="scale")
     rep = check_convergence(RhoTMVRKM(**kw).fit(X, y))
     assert rep.ok and rep.inference == "map" and len(rep.table) == 0
     assert "no sampling diagnostics apply" in rep.note and "MAP" in repr(rep)
@@ -236,7 +236,7 @@ def test_map_and_laplace_fits_say_what_applies():
 
 def test_summary_is_arviz_for_draws_and_clean_point_values_for_map():
     X, y = _two_views(60, seed=1)
-    kw = dict(rho=0.5, lam=0.5, gamma="scale")
+    kw = dict(rho=0.5, alpha=0.5, gamma="scale")
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no shape warning, no NaN-column RuntimeWarning
         point = RhoTMVRKM(**kw).fit(X, y)
@@ -493,7 +493,7 @@ def lvm_fit():
     X_train, X_test = [v[:90] for v in views], [v[90:] for v in views]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        est = M3LAK(latent_dim=2, n_features=10, draws=100, tune=100, chains=2, cores=1,
+        est = M3LAK(latent_dim=2, n_frequencies=10, draws=100, tune=100, chains=2, cores=1,
                     random_seed=0).fit(X_train, y[:90])
     return est, X_test, y[90:]
 
@@ -539,7 +539,7 @@ def test_m3lak_view_relevance_finds_the_noise_view(lvm_fit):
 def test_rhotmvrkm_draws_follow_its_gaussian_predictive():
     X, y = _two_views(80, seed=2)
     X_new, _ = _two_views(30, seed=3)
-    kw = dict(rho=0.3, lam=0.4, gamma="scale")
+    kw = dict(rho=0.3, alpha=0.4, gamma="scale")
     m = RhoTMVRKM(**kw).fit(X, y)
     np.testing.assert_allclose(m._class_probability_draws(X_new)[0], m.predict_proba(X_new),
                                rtol=1e-12)
@@ -580,7 +580,7 @@ def test_trace_and_rank_plots_show_the_worst_judged_quantities(lvm_fit):
 def test_reliability_and_interval_pictures():
     X, y = _two_views(120, seed=4)
     y3 = np.digitize(X[0][:, 0] + X[1][:, 0], [-0.5, 0.5])
-    est = RhoTMVRKM(rho=0.5, lam=0.5, gamma="scale", inference="laplace",
+    est = RhoTMVRKM(rho=0.5, alpha=0.5, gamma="scale", inference="laplace",
                     random_seed=0).fit([x[:80] for x in X], y3[:80])
     rep = posterior_predictive_check(est, [x[80:] for x in X], y3[80:])
     assert len(plot_reliability(rep).axes) == 1
@@ -593,7 +593,7 @@ def _fit_small(name):
     X, y = _two_views(100, seed=5)
     X_train, X_test = [x[:60] for x in X], [x[60:] for x in X]
     est = {
-        "RhoTMVRKM": lambda: RhoTMVRKM(rho=0.5, lam=0.5, gamma="scale", inference="laplace",
+        "RhoTMVRKM": lambda: RhoTMVRKM(rho=0.5, alpha=0.5, gamma="scale", inference="laplace",
                                        laplace_draws=100, random_seed=0),
         "MVML": lambda: MVML(nystrom=20, random_seed=0),
         "MVM": lambda: MVM(rank=2, inference="laplace", draws=100, random_seed=0),
@@ -664,7 +664,7 @@ def test_report_for_each_estimator_opens_in_a_browser(name, lvm_fit, tmp_path):
 def test_report_names_views_and_keeps_tables_inside_the_page(tmp_path):
     X, y = _two_views(100, seed=5)
     X_train = check_views([x[:60] for x in X], view_names=["shape", "colour"])
-    est = RhoTMVRKM(rho=0.5, lam=0.5, gamma="scale", random_seed=0).fit(X_train, y[:60])
+    est = RhoTMVRKM(rho=0.5, alpha=0.5, gamma="scale", random_seed=0).fit(X_train, y[:60])
     assert list(est.idata_.posterior["gamma"].coords["view"].values) == ["shape", "colour"]
     path = write_report(est, [x[60:] for x in X], y[60:], tmp_path / "r.html", fit_seconds=0.5)
     text = path.read_text(encoding="utf-8")

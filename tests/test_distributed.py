@@ -24,7 +24,7 @@ distributed = pytest.importorskip(
     "distributed", reason="dask.distributed is not installed (pip install 'bayesmv[dask]')")
 from bayesmv.distributed import sample_chains  # noqa: E402
 
-M3LAK_TINY = dict(latent_dim=2, n_features=8, view_latent_dim=1, n_components=3, draws=25,
+M3LAK_TINY = dict(latent_dim=2, n_frequencies=8, view_latent_dim=1, n_components=3, draws=25,
                   tune=25, chains=2)
 
 
@@ -57,8 +57,8 @@ def toy():
 def _estimators(sizes):
     """One cheap configuration of every estimator (the MCMC ones with few draws)."""
     return [
-        RhoTMVRKM(rho=0.5, lam=0.1, gamma=0.05, view_sizes=sizes),
-        MVML(lmbda=0.1, nystrom=20, max_iter=20, random_seed=0, view_sizes=sizes),
+        RhoTMVRKM(rho=0.5, alpha=0.1, gamma=0.05, view_sizes=sizes),
+        MVML(alpha=0.1, nystrom=20, max_iter=20, random_seed=0, view_sizes=sizes),
         MVM(rank=2, ensemble=2, random_seed=0, view_sizes=sizes),
         MVLSVM(n_landmarks=20, C=10.0, random_seed=0, view_sizes=sizes),
         M3LAK(random_seed=0, view_sizes=sizes, **M3LAK_TINY),
@@ -96,7 +96,7 @@ def test_estimators_hold_only_parameters_and_pickle_fresh_and_fitted(digits):
 @pytest.mark.slow
 def test_grid_search_on_dask_equals_local(client, digits):
     X, y, sizes = digits
-    grid = {"rho": [0.0, 0.5, 1.0], "lam": [0.01, 1.0]}
+    grid = {"rho": [0.0, 0.5, 1.0], "alpha": [0.01, 1.0]}
     cv = StratifiedKFold(3, shuffle=True, random_state=0)
     scoring = ["accuracy", "neg_log_loss"]
 

@@ -30,7 +30,7 @@ SEED = {"random_seed": 0}
 # a fit in about a second: one short chain.  100 + 100 draws clear check_classifiers_train's
 # 0.83 training accuracy with a margin (0.92-0.94 on its three-blob problem, float64 and
 # float32, seeds 0-2); with 50 + 50 one float32 run stuck at 0.76, with 10-30 several did
-M3LAK_TINY = dict(latent_dim=2, n_features=8, view_latent_dim=1, n_components=2, draws=100,
+M3LAK_TINY = dict(latent_dim=2, n_frequencies=8, view_latent_dim=1, n_components=2, draws=100,
                   tune=100, chains=1, cores=1, n_latent_draws=2, max_predict_draws=10, **SEED)
 
 # closed-form / numpy fits: the whole suite in about 20 s
@@ -96,7 +96,7 @@ def test_tags_follow_the_parameters():
     """Tags the checks read (and a few they cannot see), without fitting anything."""
     from sklearn.utils import get_tags
 
-    for est in (M3LAK(), MVM(), MVML(), MVLSVM(), RhoTMVRKM(n_features=50)):
+    for est in (M3LAK(), MVM(), MVML(), MVLSVM(), RhoTMVRKM(n_frequencies=50)):
         # random_seed=None draws fresh starts, chains, landmarks or features in every fit
         assert get_tags(est).non_deterministic
         assert not get_tags(est.set_params(random_seed=0)).non_deterministic

@@ -28,7 +28,7 @@ def model(request):
     X, y, _ = make_lvm_classification(n_samples=15, view_dims=(4, 3), latent_dim=2,
                                       view_latent_dim=1, random_state=0)
     X[1][[2, 5]] = np.nan
-    est = M3LAK(latent_dim=2, n_features=3, view_latent_dim=1, n_components=3, C=0.8,
+    est = M3LAK(latent_dim=2, n_frequencies=3, view_latent_dim=1, n_components=3, C=0.8,
                 spectral=request.param)
     built = est.build_model(X, y)
     rng = np.random.default_rng(5)
@@ -141,7 +141,7 @@ def test_latent_rotation_draws_each_angle_from_its_circular_conditional(model):
     X, y, _ = make_lvm_classification(n_samples=12, view_dims=(4, 3), latent_dim=2,
                                       view_latent_dim=1, random_state=1)
     spectral = "dp_mixture" if model[3].is_dp else "gaussian"
-    built = M3LAK(latent_dim=4, n_features=3, view_latent_dim=1, n_components=3,
+    built = M3LAK(latent_dim=4, n_frequencies=3, view_latent_dim=1, n_components=3,
                   spectral=spectral).build_model(X, y)
     spec = HybridSpec.from_built(built)
     rng = np.random.default_rng(6)

@@ -28,7 +28,7 @@ def one_dim_model():
     X = [rng.normal(size=(n, 3)), rng.normal(size=(n, 2))]
     X[1][3] = np.nan  # the last sample misses view 1
     y = np.array([0, 1, 1, 0])
-    est = M3LAK(latent_dim=1, n_features=2, view_latent_dim=1, n_components=2, C=1.5,
+    est = M3LAK(latent_dim=1, n_frequencies=2, view_latent_dim=1, n_components=2, C=1.5,
                 standardize=False)
     built = est.build_model(X, y)
     point = built.initial_values(np.random.default_rng(1))
@@ -116,7 +116,7 @@ def test_frequency_hmc_samples_the_exact_conditional(collapse):
     rng = np.random.default_rng(3)
     X = [rng.normal(size=(6, 2)), rng.normal(size=(6, 2))]
     y = np.array([0, 1, 1, 0, 1, 0])
-    est = M3LAK(latent_dim=1, n_features=1, view_latent_dim=1, n_components=2, C=2.0,
+    est = M3LAK(latent_dim=1, n_frequencies=1, view_latent_dim=1, n_components=2, C=2.0,
                 standardize=False)
     built = est.build_model(X, y)
     spec = HybridSpec.from_built(built)
@@ -245,7 +245,7 @@ def test_latent_hmc_samples_the_exact_correlated_two_dim_row_conditional():
     X = [rng.normal(size=(n, 3)), rng.normal(size=(n, 2))]
     X[1][2] = np.nan  # the last sample misses view 1
     y = np.array([0, 1, 1])
-    est = M3LAK(latent_dim=2, n_features=2, view_latent_dim=1, n_components=2, C=1.5,
+    est = M3LAK(latent_dim=2, n_frequencies=2, view_latent_dim=1, n_components=2, C=1.5,
                 standardize=False)
     built = est.build_model(X, y)
     point = built.initial_values(np.random.default_rng(7))

@@ -16,7 +16,7 @@ from bayesmv.diagnostics import ConvergenceWarning
 from bayesmv.diagnostics.convergence import without_numba
 from bayesmv.models.base import load
 
-TINY = dict(latent_dim=2, n_features=8, view_latent_dim=1, n_components=3, draws=60, tune=60,
+TINY = dict(latent_dim=2, n_frequencies=8, view_latent_dim=1, n_components=3, draws=60, tune=60,
             chains=2, cores=1)
 
 
@@ -129,8 +129,8 @@ def test_bad_input_fails_before_sampling_and_keeps_fitted_state(fitted):
 def test_sklearn_conventions():
     est = M3LAK(C=2.0, latent_dim=4)
     assert clone(est).get_params() == est.get_params()
-    est.set_params(n_features=12)
-    assert est.n_features == 12 and not hasattr(est, "idata_")
+    est.set_params(n_frequencies=12)
+    assert est.n_frequencies == 12 and not hasattr(est, "idata_")
 
 
 def test_single_array_with_view_sizes_and_multiclass():
@@ -177,8 +177,9 @@ def test_parameter_recovery_from_the_generative_model():
     X, y, truth = make_lvm_classification(n_samples=240, view_dims=(10, 8), latent_dim=2,
                                           view_latent_dim=1, tau=tau, random_state=5)
     train, test = np.arange(160), np.arange(160, 240)
-    est = M3LAK(latent_dim=2, view_latent_dim=1, n_features=20, n_components=5, eta=1.0,
-                standardize=False, draws=150, tune=150, chains=2, cores=1, random_seed=2)
+    est = M3LAK(latent_dim=2, view_latent_dim=1, n_frequencies=20, n_components=5,
+                view_loading_precision=1.0, standardize=False, draws=150, tune=150, chains=2,
+                cores=1, random_seed=2)
     est.fit([x[train] for x in X], y[train])
     tau_mean = est.idata_.posterior["tau"].mean(("chain", "draw")).values
     np.testing.assert_allclose(tau_mean, tau, rtol=0.2)
@@ -196,7 +197,7 @@ def test_hybrid_and_nuts_target_the_same_posterior():
     X_train, X_test = [x[:30] for x in X], [x[30:36] for x in X]
     summaries = {}
     for sampler, draws in (("hybrid", 500), ("nuts", 400)):
-        est = M3LAK(latent_dim=2, n_features=5, view_latent_dim=1, n_components=3,
+        est = M3LAK(latent_dim=2, n_frequencies=5, view_latent_dim=1, n_components=3,
                     inference=sampler, draws=draws, tune=draws, chains=2, cores=1,
                     random_seed=3, max_predict_draws=10**6)
         with warnings.catch_warnings():

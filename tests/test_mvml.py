@@ -201,7 +201,7 @@ def test_em_step_is_the_exact_minimiser_of_its_surrogate():
 @pytest.mark.parametrize("objective", ["paper", "bayes"])
 def test_sparse_variant_zeroes_the_view_without_signal(objective):
     X, y, Xt, yt = _noise_view_data()
-    clf = MVML(learn_A="sparse", objective=objective, lmbda=3.0, eta=10.0, nystrom=20,
+    clf = MVML(learn_A="sparse", objective=objective, alpha=3.0, metric_penalty=10.0, nystrom=20,
                random_seed=0).fit(X, y)
     vi = clf.view_interactions_[0]
     assert np.all(vi[2] == 0) and np.all(vi[:, 2] == 0)          # noise view: exact zeros
@@ -210,7 +210,7 @@ def test_sparse_variant_zeroes_the_view_without_signal(objective):
     assert np.all(clf.g_[0, r[0] + r[1]:] == 0)
     assert clf.score(Xt, yt) > 0.85
     # the dense metric keeps all three views
-    assert np.all(MVML(lmbda=3.0, nystrom=20, random_seed=0).fit(X, y).view_interactions_ > 0)
+    assert np.all(MVML(alpha=3.0, nystrom=20, random_seed=0).fit(X, y).view_interactions_ > 0)
 
 
 # ------------------------------------------------------------------ graph = objective
@@ -224,8 +224,8 @@ def _graph_point(clf, model):
     return point
 
 
-@pytest.mark.parametrize("kw", [dict(), dict(learn_A="sparse", eta=0.5), dict(learn_w=True),
-                                dict(learn_A="identity")])
+@pytest.mark.parametrize("kw", [dict(), dict(learn_A="sparse", metric_penalty=0.5),
+                                dict(learn_w=True), dict(learn_A="identity")])
 def test_graph_log_density_is_minus_the_paper_objective(kw):
     rng = np.random.default_rng(1)
     N, V = 40, 3
@@ -336,7 +336,7 @@ def test_decision_values_match_the_reference_implementation(reference_setup, lea
     benchmarks/results/mvml.txt).
     """
     Ref, OneStep, X, y, Xt, views_ind = reference_setup
-    ours = MVML(lmbda=lmbda, eta=eta, nystrom=0.1, learn_A=learn_A, gamma=0.01,
+    ours = MVML(alpha=lmbda, metric_penalty=eta, nystrom=0.1, learn_A=learn_A, gamma=0.01,
                 standardize=False, max_iter=n_loops, tol=0, random_seed=1).fit(X, y)
     cls = OneStep if learn_A == "full" else Ref
     ref, d_ref = _reference_decisions(cls, X, y, Xt, views_ind, ours.nystrom_subset_,
@@ -446,8 +446,8 @@ def test_missing_views_raise_a_clear_error():
 
 
 @pytest.mark.parametrize("param,value", [
-    ("lmbda", 0.0), ("eta", -1.0), ("nystrom", 0.0), ("nystrom", 1.5), ("learn_A", "dense"),
-    ("objective", "map"), ("max_iter", -1), ("tol", -1e-3), ("gamma", -2.0),
+    ("alpha", 0.0), ("metric_penalty", -1.0), ("nystrom", 0.0), ("nystrom", 1.5),
+    ("learn_A", "dense"), ("objective", "map"), ("max_iter", -1), ("tol", -1e-3), ("gamma", -2.0),
     ("kernel", "gaussian"), ("learn_w", "yes"), ("calibration", "platt")])
 def test_bad_hyperparameters_are_named(param, value):
     X, y, _, _ = _digits(40)
@@ -475,7 +475,7 @@ def test_reproducible_save_load_and_sklearn_tools(tmp_path):
     assert scores.min() > 0.85
     # a failed refit leaves the previous fit intact
     with pytest.raises(ValueError):
-        a.set_params(lmbda=-1).fit(X, y)
+        a.set_params(alpha=-1).fit(X, y)
     np.testing.assert_array_equal(a.predict_proba(Xt), b.predict_proba(Xt))
 
 
@@ -500,7 +500,7 @@ def test_loo_predictive_matches_refitting_without_the_row():
         U = clf._state.transform(clf.standardizer_.transform(check_views(X)))
         t = np.where(y == clf.classes_[1], 1.0, -1.0)
         Z = U * np.repeat(clf.w_[0], clf._state.block_sizes)
-        A, lmbda = clf.A_[0], clf.lmbda
+        A, lmbda = clf.A_[0], clf.alpha
         mean, var = task_predictive(U, clf._state.block_sizes, clf.w_[0], clf.g_[0],
                                     clf._cov_factors[0])
         f_loo, var_loo = loo_predictive(t, mean, var)

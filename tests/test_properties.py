@@ -138,8 +138,8 @@ def _settings(n: int):
 @given(problem=problems(), standardize=st.booleans(), search=st.sampled_from([False, False,
                                                                               True]))
 def test_rhotmvrkm_properties(problem, standardize, search):
-    params = (dict(rho=None, lam=None, gamma="scale") if search
-              else dict(rho=0.5, lam=0.1, gamma="scale"))
+    params = (dict(rho=None, alpha=None, gamma="scale") if search
+              else dict(rho=0.5, alpha=0.1, gamma="scale"))
     check_or_documented(RhoTMVRKM(standardize=standardize, inference="laplace",
                                   laplace_draws=20, random_seed=0, **params), problem)
 
@@ -173,7 +173,7 @@ def test_mvm_properties(problem, standardize, loss):
 @_settings(4)
 @given(problem=problems(max_views=2))
 def test_m3lak_properties(problem):
-    check_or_documented(M3LAK(latent_dim=2, n_features=4, view_latent_dim=1, n_components=2,
+    check_or_documented(M3LAK(latent_dim=2, n_frequencies=4, view_latent_dim=1, n_components=2,
                               draws=5, tune=5, chains=1, cores=1, random_seed=0), problem)
 
 
@@ -200,5 +200,5 @@ def test_the_documented_errors_are_the_ones_raised():
             est.fit(Xc, yc)
     with warnings.catch_warnings():
         warnings.simplefilter("error", NumericalWarning)
-        assert check_or_documented(RhoTMVRKM(rho=0.5, lam=0.1),
+        assert check_or_documented(RhoTMVRKM(rho=0.5, alpha=0.1),
                                    Problem(X, y, X, "plain")) == "fitted"

@@ -151,7 +151,7 @@ def test_prior_draws_have_the_priors_mean_and_variance(built):
         _assert_mean((omega**2).mean(axis=1), var)
     if name == "M3LAK":
         sticks = post["dp_sticks"].values[0].reshape(DRAWS, -1)          # Beta(1, α)
-        _assert_mean(sticks.mean(axis=1), 1.0 / (1.0 + est.alpha))
+        _assert_mean(sticks.mean(axis=1), 1.0 / (1.0 + est.concentration))
     if name in ("MVM", "MVM-logistic"):
         A = post["A_0"].values[0].reshape(DRAWS, -1)                    # N(0, prior_scale²)
         _assert_mean(A.mean(axis=1), 0.0)

@@ -147,7 +147,7 @@ def test_rhotmvrkm_laplace_predictive_is_the_gp_predictive_with_a_flat_bias():
     y = (X[0][:, 0] - X[1][:, 1] + 0.3 * np.random.default_rng(3).standard_normal(30) > 0)
     rho, lam, eta, gammas = 0.3, 0.4, 1.7, (0.35, 0.6)
     # calibration="likelihood": the model's own predictive (the default is LOO temperature)
-    est = RhoTMVRKM(rho=rho, lam=lam, eta=eta, gamma=list(gammas), inference="laplace",
+    est = RhoTMVRKM(rho=rho, alpha=lam, eta=eta, gamma=list(gammas), inference="laplace",
                     calibration="likelihood", standardize=False, laplace_draws=10,
                     random_seed=0).fit(X, y.astype(int))
     V, tau = 2, (1 - rho) * 2 + rho
@@ -177,7 +177,7 @@ def test_rhotmvrkm_random_feature_variance_is_the_gp_variance_of_the_feature_ker
     X, Xt = _views(40, (3, 2), seed=4), _views(10, (3, 2), seed=5)
     y = (X[0][:, 1] + X[1][:, 0] > 0).astype(int)
     rho, lam, eta = 0.6, 0.5, 1.3
-    est = RhoTMVRKM(rho=rho, lam=lam, eta=eta, gamma=[0.4, 0.7], n_features=15,
+    est = RhoTMVRKM(rho=rho, alpha=lam, eta=eta, gamma=[0.4, 0.7], n_frequencies=15,
                     inference="laplace", standardize=False, laplace_draws=10,
                     random_seed=0).fit(X, y)
     tau = (1 - rho) * 2 + rho
@@ -278,8 +278,8 @@ def test_dp_mixture_gibbs_sweep_draws_from_its_exact_conditional():
     rng = np.random.default_rng(13)
     X = [rng.standard_normal((4, 2)), rng.standard_normal((4, 2))]
     alpha = 1.3
-    est = M3LAK(latent_dim=1, n_features=2, view_latent_dim=1, n_components=2, alpha=alpha,
-                bandwidth=1.2, standardize=False)
+    est = M3LAK(latent_dim=1, n_frequencies=2, view_latent_dim=1, n_components=2,
+                concentration=alpha, bandwidth=1.2, standardize=False)
     built = est.build_model(X, np.array([0, 1, 1, 0]))
     spec = HybridSpec.from_built(built)
     sp = spec.spectral

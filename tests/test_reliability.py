@@ -50,11 +50,11 @@ NAMES = ("M3LAK", "RhoTMVRKM", "MVML", "MVM", "MVLSVM")
 def make_estimator(name: str, seed: int = 0, **kw):
     """Tiny, fast settings of each estimator (M3LAK: one short chain)."""
     if name == "M3LAK":
-        params = dict(latent_dim=2, n_features=4, view_latent_dim=1, n_components=2, draws=15,
+        params = dict(latent_dim=2, n_frequencies=4, view_latent_dim=1, n_components=2, draws=15,
                       tune=15, chains=1, cores=1)
         return M3LAK(random_seed=seed, **{**params, **kw})
     if name == "RhoTMVRKM":
-        return RhoTMVRKM(**{**dict(rho=0.5, lam=0.1, gamma="scale", inference="laplace",
+        return RhoTMVRKM(**{**dict(rho=0.5, alpha=0.1, gamma="scale", inference="laplace",
                                    laplace_draws=20, random_seed=seed), **kw})
     if name == "MVML":
         return MVML(**{**dict(nystrom=6, max_iter=5, random_seed=seed), **kw})
@@ -176,7 +176,7 @@ PARAM_CASES = [
     ("M3LAK", {"C": -1.0}, "C must be a positive finite number"),
     ("M3LAK", {"C": np.inf}, "C must be a positive finite number"),
     ("M3LAK", {"latent_dim": 0}, "latent_dim must be a positive integer"),
-    ("M3LAK", {"n_features": 0}, "n_features must be a positive integer"),
+    ("M3LAK", {"n_frequencies": 0}, "n_frequencies must be a positive integer"),
     ("M3LAK", {"draws": 0}, "draws must be a positive integer"),
     ("M3LAK", {"cores": 0}, "cores must be None or a positive integer"),
     ("M3LAK", {"v_prior": (1.0,)}, "v_prior must be None or a pair"),
@@ -184,13 +184,13 @@ PARAM_CASES = [
     ("M3LAK", {"sampler": "gibbs"}, "sampler must be"),
     ("RhoTMVRKM", {"rho": -0.1}, r"rho must lie in \[0, 1\]"),
     ("RhoTMVRKM", {"rho": 1.5}, r"rho must lie in \[0, 1\]"),
-    ("RhoTMVRKM", {"lam": -1.0}, "lam must be a positive finite number"),
+    ("RhoTMVRKM", {"alpha": -1.0}, "alpha must be a positive finite number"),
     ("RhoTMVRKM", {"eta": 0.0}, "eta must be a positive finite number"),
     ("RhoTMVRKM", {"gamma": -1.0}, "gamma of view 0 must be a positive number"),
-    ("RhoTMVRKM", {"n_features": 0}, "n_features must be a positive integer"),
+    ("RhoTMVRKM", {"n_frequencies": 0}, "n_frequencies must be a positive integer"),
     ("RhoTMVRKM", {"random_seed": "a"}, "random_seed must be None or a non-negative integer"),
-    ("MVML", {"lmbda": -1.0}, "lmbda must be a positive finite number"),
-    ("MVML", {"eta": -1.0}, "eta must be a positive finite number"),
+    ("MVML", {"alpha": -1.0}, "alpha must be a positive finite number"),
+    ("MVML", {"metric_penalty": -1.0}, "metric_penalty must be a positive finite number"),
     ("MVML", {"nystrom": 0}, "nystrom must be a positive integer or a fraction"),
     ("MVML", {"nystrom": 1.5}, r"nystrom must be a fraction in \(0, 1\]"),
     ("MVML", {"nystrom": N + 1}, "nystrom=31 asks for more Nyström landmarks than the 30 training"),
@@ -1053,7 +1053,7 @@ def test_rhotmvrkm_nearly_singular_kernel_is_jittered_with_a_warning(inference):
     X, y = make_data(n=15)
     dup = [np.vstack([v, v]) for v in X]
     yd = np.concatenate([y, y])
-    est = RhoTMVRKM(rho=0.5, lam=1e-300, gamma="scale", inference=inference, laplace_draws=10)
+    est = RhoTMVRKM(rho=0.5, alpha=1e-300, gamma="scale", inference=inference, laplace_draws=10)
     with pytest.warns(NumericalWarning, match="numerically singular"):
         est.fit(dup, yd)
         proba = est.predict_proba(X)

@@ -66,7 +66,7 @@ def test_decision_values_equal_the_papers_linear_system(rule, n_views, rho):
     y = _labels(X, seed=1)
     kinds = ["rbf", "linear", "rbf"][:n_views]
     gammas = [0.3, None, 0.7][:n_views]
-    est = RhoTMVRKM(rho=rho, lam=0.05, eta=1.7, kernel=kinds, gamma=gammas,
+    est = RhoTMVRKM(rho=rho, alpha=0.05, eta=1.7, kernel=kinds, gamma=gammas,
                     decision_rule=rule, standardize=False)
     Xtr, Xte = [x[:45] for x in X], [x[45:] for x in X]
     est.fit(Xtr, y[:45])
@@ -93,7 +93,7 @@ def test_rho_zero_is_mv_rkm_and_rho_one_is_tmv_rkm():
                     [np.ones((1, N)), np.zeros((1, 1))]])
     s10 = np.linalg.solve(A10, np.r_[ypm, 0])
     for rho, s, K in ((0.0, s7, sum(Om)), (1.0, s10, np.prod(Om, axis=0))):
-        est = RhoTMVRKM(rho=rho, lam=lam, eta=eta, gamma=list(g), standardize=False).fit(X, y)
+        est = RhoTMVRKM(rho=rho, alpha=lam, eta=eta, gamma=list(g), standardize=False).fit(X, y)
         np.testing.assert_allclose(est.decision_function(X), K @ s[:N] / eta + s[N],
                                    rtol=1e-7, atol=1e-10)
 
@@ -102,11 +102,11 @@ def test_random_features_converge_to_the_exact_kernels():
     X = _views(150, (4, 3), seed=4)
     y = _labels(X, seed=5)
     Xtr, Xte = [x[:100] for x in X], [x[100:] for x in X]
-    common = dict(rho=0.4, lam=0.1, gamma=[0.2, 0.3], standardize=False)
+    common = dict(rho=0.4, alpha=0.1, gamma=[0.2, 0.3], standardize=False)
     exact = RhoTMVRKM(**common).fit(Xtr, y[:100]).decision_function(Xte)
     errors = []
     for M in (10, 100, 1000):
-        approx = RhoTMVRKM(**common, n_features=M, random_seed=0).fit(Xtr, y[:100])
+        approx = RhoTMVRKM(**common, n_frequencies=M, random_seed=0).fit(Xtr, y[:100])
         errors.append(np.sqrt(np.mean((approx.decision_function(Xte) - exact) ** 2)))
     # the kernels' Monte-Carlo error shrinks like M^{-1/2}: ~10x from M = 10 to M = 1000
     assert errors[0] > errors[1] > errors[2]
@@ -190,11 +190,11 @@ def test_evidence_recovers_known_hyperparameters():
     # continuous targets drawn from the model itself, many tasks for a sharp likelihood
     rng = np.random.default_rng(11)
     X = _views(200, (2, 2), seed=12)
-    truth = dict(gamma=[0.5, 1.5], lam=0.1, rho=0.7)
+    truth = dict(gamma=[0.5, 1.5], alpha=0.1, rho=0.7)
     ev = RhoTensorEvidence(X, ["rbf", "rbf"], np.zeros((200, 1)), 1.0, [None, None], None, None)
     Ks = ev.grams(truth["gamma"])
     tau = 0.3 * 2 + 0.7
-    C = (0.3 * sum(Ks) + 0.7 * np.prod(Ks, axis=0) + truth["lam"] * np.eye(200)) / tau**2
+    C = (0.3 * sum(Ks) + 0.7 * np.prod(Ks, axis=0) + truth["alpha"] * np.eye(200)) / tau**2
     Y = 0.4 + np.linalg.cholesky(C) @ rng.standard_normal((200, 40))
     ev = RhoTensorEvidence(X, ["rbf", "rbf"], Y, 1.0, [None, None], None, None)
     res = ev.maximise()
@@ -223,7 +223,7 @@ def test_laplace_and_map_agree_and_laplace_probabilities_average_the_posterior()
     X = _views(80, (3, 3), seed=14)
     y = _labels(X, seed=6)
     # the Gaussian model's own predictive is calibration="likelihood" (no longer the default)
-    kw = dict(rho=0.5, lam=0.3, gamma=[0.3, 0.3], standardize=False, random_seed=1,
+    kw = dict(rho=0.5, alpha=0.3, gamma=[0.3, 0.3], standardize=False, random_seed=1,
               calibration="likelihood")
     m = RhoTMVRKM(**kw).fit(X[:1] + X[1:], y)
     la = RhoTMVRKM(**kw, inference="laplace", laplace_draws=3000).fit(X, y)
@@ -240,7 +240,7 @@ def test_laplace_and_map_agree_and_laplace_probabilities_average_the_posterior()
     # predict_proba = E[sigmoid(2τ²h/λ)] over h's Gaussian posterior: check one point by
     # quadrature against the posterior mean and variance
     mean, var = la._model_predictive([x[:1] for x in Xt])
-    scale = 2 * la.tau_**2 / la.lam_
+    scale = 2 * la.tau_**2 / la.alpha_
     ref = integrate.quad(lambda h: expit(scale * h) * stats.norm.pdf(h, mean[0, 0],
                                                                       np.sqrt(var[0])),
                          -np.inf, np.inf)[0]
@@ -265,7 +265,7 @@ def test_multiclass_ova_and_output_codes():
     labels = np.repeat(np.arange(5), 20)
     X = [centres[labels] + rng.standard_normal((100, 4)), rng.standard_normal((100, 2))]
     for multiclass, n_out in (("ova", 5), ("moc", 3)):
-        est = RhoTMVRKM(multiclass=multiclass, rho=0.2, lam=0.1, gamma="scale").fit(X, labels)
+        est = RhoTMVRKM(multiclass=multiclass, rho=0.2, alpha=0.1, gamma="scale").fit(X, labels)
         assert est.decision_function(X).shape == (100, n_out)
         assert np.mean(est.predict(X) == labels) > 0.9
         proba = est.predict_proba(X)
@@ -273,8 +273,8 @@ def test_multiclass_ova_and_output_codes():
         assert np.mean(est.classes_[proba.argmax(1)] == labels) > 0.9
 
 
-@pytest.mark.parametrize("kw", [dict(), dict(n_features=50), dict(inference="laplace"),
-                                dict(n_features=50, inference="laplace", multiclass="moc")])
+@pytest.mark.parametrize("kw", [dict(), dict(n_frequencies=50), dict(inference="laplace"),
+                                dict(n_frequencies=50, inference="laplace", multiclass="moc")])
 def test_save_load_predicts_identically_and_seed_reproduces(tmp_path, kw):
     X = _views(70, (3, 2), seed=17)
     y = np.arange(70) % 3 if kw.get("multiclass") else _labels(X, seed=7)
@@ -293,12 +293,12 @@ def test_save_load_predicts_identically_and_seed_reproduces(tmp_path, kw):
 
 @pytest.mark.parametrize("kw,fragment", [
     (dict(rho=1.5), "rho must lie in [0, 1]"),
-    (dict(lam=-1.0), "lam must be a positive"),
+    (dict(alpha=-1.0), "alpha must be a positive"),
     (dict(eta=0), "eta must be a positive"),
     (dict(kernel="poly"), "kernel of view 0"),
     (dict(gamma=[0.1]), "gamma has 1 entries"),
     (dict(decision_rule="max"), "decision_rule must be one of"),
-    (dict(n_features=0), "n_features must be a positive integer"),
+    (dict(n_frequencies=0), "n_frequencies must be a positive integer"),
     (dict(criterion="cv"), "criterion must be one of"),
     (dict(calibration="platt"), "calibration must be one of"),
     (dict(decision_rule="mean", inference="laplace"), "eq. 17's values"),
@@ -312,7 +312,7 @@ def test_bad_parameters_raise_before_fitting(kw, fragment):
 def test_missing_view_is_a_clear_error_and_leaves_the_fit_intact():
     X = _views(30, (2, 2), seed=20)
     y = _labels(X, seed=2)
-    est = RhoTMVRKM(rho=0.5, lam=0.1, gamma="scale").fit(X, y)
+    est = RhoTMVRKM(rho=0.5, alpha=0.1, gamma="scale").fit(X, y)
     before = est.decision_function(X)
     bad = [X[0].copy(), X[1].copy()]
     bad[1][3] = np.nan
@@ -366,7 +366,7 @@ def test_loo_shortcut_equals_brute_force_refits_with_exact_kernels(rule, rho):
     X = _views(40, (3, 2), seed=21)
     y = np.digitize(X[0][:, 0] + X[1][:, 1], [-0.5, 0.5])  # three classes: one-vs-all
     kinds, gammas, lam, eta = ["rbf", "linear"], [0.4, None], 0.07, 1.3
-    est = RhoTMVRKM(rho=rho, lam=lam, eta=eta, kernel=kinds, gamma=gammas, decision_rule=rule,
+    est = RhoTMVRKM(rho=rho, alpha=lam, eta=eta, kernel=kinds, gamma=gammas, decision_rule=rule,
                     standardize=False).fit(X, y)
     Om = [_paper_kernel(k, x, x, g) for k, x, g in zip(kinds, X, gammas, strict=True)]
     ref = _brute_force_loo(Om, np.prod(Om, axis=0), _ova_targets(y), rho, lam, eta, rule)
@@ -379,7 +379,7 @@ def test_loo_shortcut_equals_brute_force_refits_with_random_features(rule):
     X = _views(35, (3, 2), seed=22)
     y = _labels(X, seed=8)
     rho, lam, eta = 0.6, 0.2, 0.8
-    est = RhoTMVRKM(rho=rho, lam=lam, eta=eta, gamma=[0.3, 0.5], n_features=12,
+    est = RhoTMVRKM(rho=rho, alpha=lam, eta=eta, gamma=[0.3, 0.5], n_frequencies=12,
                     decision_rule=rule, standardize=False, random_seed=4).fit(X, y)
     # the paper's system on the random-feature Gram matrices (per view, and the jointly
     # drawn product term)
@@ -402,7 +402,7 @@ def test_loo_posterior_variance_equals_brute_force_refits():
     X = _views(30, (2, 3), seed=23)
     y = _labels(X, seed=9)
     rho, lam, eta, gammas = 0.3, 0.15, 1.1, [0.5, 0.2]
-    est = RhoTMVRKM(rho=rho, lam=lam, eta=eta, gamma=gammas, inference="laplace",
+    est = RhoTMVRKM(rho=rho, alpha=lam, eta=eta, gamma=gammas, inference="laplace",
                     laplace_draws=5, standardize=False).fit(X, y)
     tau = (1 - rho) * 2 + rho
     Om = [_paper_kernel("rbf", x, x, g) for x, g in zip(X, gammas, strict=True)]
@@ -414,7 +414,7 @@ def test_loo_posterior_variance_equals_brute_force_refits():
                                        lam / tau**2, tau))
     np.testing.assert_allclose(est.idata_.fit["f_loo_var"].values, ref, rtol=1e-8)
     # the Laplace fit's leave-one-out means are the MAP fit's
-    m = RhoTMVRKM(rho=rho, lam=lam, eta=eta, gamma=gammas, standardize=False).fit(X, y)
+    m = RhoTMVRKM(rho=rho, alpha=lam, eta=eta, gamma=gammas, standardize=False).fit(X, y)
     np.testing.assert_allclose(est.idata_.fit["f_loo"].values, m.idata_.fit["f_loo"].values,
                                rtol=1e-12)
 
@@ -423,7 +423,7 @@ def test_loo_posterior_variance_with_random_features_equals_weight_space_refits(
     X = _views(30, (2, 3), seed=30)
     y = _labels(X, seed=13)
     rho, lam, eta = 0.4, 0.3, 0.9
-    est = RhoTMVRKM(rho=rho, lam=lam, eta=eta, gamma=[0.5, 0.2], n_features=8,
+    est = RhoTMVRKM(rho=rho, alpha=lam, eta=eta, gamma=[0.5, 0.2], n_frequencies=8,
                     inference="laplace", laplace_draws=5, standardize=False,
                     random_seed=2).fit(X, y)
     tau = (1 - rho) * 2 + rho
@@ -454,7 +454,7 @@ def test_temperature_calibration_is_its_definition(n_classes):
     X = _views(90, (3, 2), seed=24)
     y = (_labels(X, seed=10) if n_classes == 2
          else np.digitize(X[0][:, 0] - X[1][:, 0], [-0.6, 0.6]))
-    est = RhoTMVRKM(rho=0.4, lam=0.05, gamma="scale").fit(X, y)
+    est = RhoTMVRKM(rho=0.4, alpha=0.05, gamma="scale").fit(X, y)
     Xt = _views(20, (3, 2), seed=25)
     F = est.decision_function(Xt)
     if n_classes == 2:
@@ -479,7 +479,7 @@ def test_laplace_probabilities_average_the_calibrated_sigmoid_over_the_posterior
     X = _views(60, (2, 2), seed=26)
     y = _labels(X, seed=11)
     rho, lam, gammas = 0.5, 0.2, [0.4, 0.4]
-    est = RhoTMVRKM(rho=rho, lam=lam, gamma=gammas, inference="laplace", laplace_draws=5,
+    est = RhoTMVRKM(rho=rho, alpha=lam, gamma=gammas, inference="laplace", laplace_draws=5,
                     standardize=False).fit(X, y)
     Xt = _views(4, (2, 2), seed=27)
     tau = (1 - rho) * 2 + rho
@@ -532,7 +532,7 @@ def test_default_hyperparameters_are_inside_their_ranges_on_bundled_digits(digit
     assert sel["at_bounds"] == []
     # at least a factor e from every edge: ϱ ∈ (0, 1) in logit, λ ∈ [1e-8, 1e3], m ∈ [1e-4, 1e2]
     assert -9.0 < np.log(est.rho_ / (1 - est.rho_)) < 9.0
-    assert np.log(1e-8) + 1 < np.log(est.lam_) < np.log(1e3) - 1
+    assert np.log(1e-8) + 1 < np.log(est.alpha_) < np.log(1e3) - 1
     assert np.log(1e-4) + 1 < np.log(sel["width"]) < np.log(1e2) - 1
 
 
@@ -541,7 +541,7 @@ def test_evidence_interpolates_on_bundled_digits():
     end of its range (interpolation)."""
     X, y, _, _ = _digits_split((3, 5))
     est = RhoTMVRKM(gamma="scale", criterion="evidence").fit(X, y)
-    assert "lam" in est.selection_["at_bounds"] and est.lam_ < 1e-7
+    assert "lam" in est.selection_["at_bounds"] and est.alpha_ < 1e-7
 
 
 def test_default_brier_is_within_ten_percent_of_a_calibrated_svc():

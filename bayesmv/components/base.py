@@ -29,6 +29,7 @@ from pytensor.tensor.random.op import RandomVariable
 from sklearn.base import BaseEstimator
 
 from bayesmv.data import MultiViewData
+from bayesmv.params import RenamedParameters
 
 #: scale of :class:`WideFlat`: far beyond any value a bias or a penalised weight reaches on
 #: the standardised data and ±1 targets these models see; the log-density then differs from
@@ -118,7 +119,7 @@ KIND_DESCRIPTIONS = {
 }
 
 
-class Component(BaseEstimator):
+class Component(RenamedParameters, BaseEstimator):
     """Base class of the pieces.
 
     ``build(ctx, upstream)`` adds variables to the open ``pm.Model`` and returns what the next

@@ -173,14 +173,14 @@ class GaussianSpectral(Component):
     def scale(self, m: int) -> float:
         return self.bandwidth / np.sqrt(m)
 
-    def build(self, ctx: BuildContext, n_features: int, m: int, suffix: str = "",
+    def build(self, ctx: BuildContext, n_frequencies: int, m: int, suffix: str = "",
               input_dim: str = "latent") -> pt.TensorVariable:
-        return pm.Normal(f"Omega{suffix}", 0.0, self.scale(m), shape=(n_features, m),
+        return pm.Normal(f"Omega{suffix}", 0.0, self.scale(m), shape=(n_frequencies, m),
                          dims=("frequency", input_dim))
 
-    def initial_values(self, n_features: int, m: int, rng, suffix: str = ""
+    def initial_values(self, n_frequencies: int, m: int, rng, suffix: str = ""
                        ) -> dict[str, np.ndarray]:
-        return {f"Omega{suffix}": self.scale(m) * rng.standard_normal((n_features, m))}
+        return {f"Omega{suffix}": self.scale(m) * rng.standard_normal((n_frequencies, m))}
 
     def prior_logp_grad(self, Omega: np.ndarray, draw: dict) -> tuple[float, np.ndarray]:
         s2 = self.scale(Omega.shape[1]) ** 2
@@ -211,8 +211,8 @@ class DPMixtureSpectral(Component):
     ----------
     n_components : int
         Truncation level K of the stick-breaking process.
-    alpha : float
-        DP concentration (sticks ~ Beta(1, α)).
+    concentration : float, default 1.0
+        DP concentration α (sticks ~ Beta(1, α)).
     kappa0 : float, default 100
         Prior precision scale of component means: μ_k | σ²_k ~ N(0, σ²_k / κ₀).  Large κ₀
         keeps the means near the origin, so the components differ mainly in their
@@ -225,24 +225,31 @@ class DPMixtureSpectral(Component):
         Inverse-gamma shape of the component variances σ²_kd.
     bandwidth : float
         Sets the inverse-gamma scale so that E[σ²] = bandwidth² / m (see GaussianSpectral).
+    alpha : float or None, default None
+        Deprecated alias of ``concentration``; when given it takes precedence, with a
+        ``FutureWarning``.
     """
 
-    def __init__(self, n_components: int = 20, alpha: float = 1.0, kappa0: float = 100.0,
-                 a0: float = 3.0, bandwidth: float = 1.0) -> None:
+    RENAMED = {"concentration": "alpha"}
+
+    def __init__(self, n_components: int = 20, concentration: float = 1.0,
+                 kappa0: float = 100.0, a0: float = 3.0, bandwidth: float = 1.0,
+                 alpha: float | None = None) -> None:
         self.n_components = n_components
-        self.alpha = alpha
+        self.concentration = concentration
         self.kappa0 = kappa0
         self.a0 = a0
         self.bandwidth = bandwidth
+        self.alpha = alpha
 
     def b0(self, m: int) -> float:
         return (self.a0 - 1.0) * self.bandwidth**2 / m
 
-    def build(self, ctx: BuildContext, n_features: int, m: int, suffix: str = "",
+    def build(self, ctx: BuildContext, n_frequencies: int, m: int, suffix: str = "",
               input_dim: str = "latent") -> pt.TensorVariable:
         K = self.n_components
         ctx.add_coord("component", K)
-        sticks = pm.Beta(f"dp_sticks{suffix}", 1.0, self.alpha, shape=K - 1)
+        sticks = pm.Beta(f"dp_sticks{suffix}", 1.0, self._param("concentration"), shape=K - 1)
         weights = pm.Deterministic(f"dp_weights{suffix}", _stick_breaking_weights_pt(sticks),
                                    dims="component")
         sigma2 = pm.InverseGamma(f"dp_sigma2{suffix}", alpha=self.a0, beta=self.b0(m),
@@ -251,17 +258,17 @@ class DPMixtureSpectral(Component):
                        dims=("component", input_dim))
         # the M frequencies are the mixture's batch: i.i.d. given (weights, mu, sigma2)
         return DiagonalNormalMixture(f"Omega{suffix}", weights, mu, sigma2,
-                                     shape=(n_features, m), dims=("frequency", input_dim))
+                                     shape=(n_frequencies, m), dims=("frequency", input_dim))
 
-    def initial_values(self, n_features: int, m: int, rng, suffix: str = ""
+    def initial_values(self, n_frequencies: int, m: int, rng, suffix: str = ""
                        ) -> dict[str, np.ndarray]:
         K = self.n_components
-        sticks = np.clip(rng.beta(1.0, self.alpha, size=K - 1), 1e-6, 1 - 1e-6)
+        sticks = np.clip(rng.beta(1.0, self._param("concentration"), size=K - 1), 1e-6, 1 - 1e-6)
         sigma2 = np.full((K, m), self.b0(m) / (self.a0 - 1.0))
         mu = np.sqrt(sigma2 / self.kappa0) * 0.1 * rng.standard_normal((K, m))
         weights = stick_breaking_weights(sticks)
-        z = rng.choice(K, size=n_features, p=weights / weights.sum())
-        Omega = mu[z] + np.sqrt(sigma2[z]) * rng.standard_normal((n_features, m))
+        z = rng.choice(K, size=n_frequencies, p=weights / weights.sum())
+        Omega = mu[z] + np.sqrt(sigma2[z]) * rng.standard_normal((n_frequencies, m))
         return {f"dp_sticks{suffix}_logodds__": np.log(sticks) - np.log1p(-sticks),
                 f"dp_sigma2{suffix}_log__": np.log(sigma2), f"dp_mu{suffix}": mu,
                 f"Omega{suffix}": Omega}
@@ -317,18 +324,24 @@ class RandomFourierFeatures(Component):
 
     Parameters
     ----------
-    n_features : int
+    n_frequencies : int, default 100
         Number M of frequencies (per view on the views).
     spectral : GaussianSpectral or DPMixtureSpectral
         Prior of the frequencies.
+    n_features : int or None, default None
+        Deprecated alias of ``n_frequencies``; when given it takes precedence, with a
+        ``FutureWarning``.
     """
 
     consumes = (LATENT, VIEWS)
     produces = VIEW_FEATURES
+    RENAMED = {"n_frequencies": "n_features"}
 
-    def __init__(self, n_features: int = 100, spectral: Component | None = None) -> None:
-        self.n_features = n_features
+    def __init__(self, n_frequencies: int = 100, spectral: Component | None = None,
+                 n_features: int | None = None) -> None:
+        self.n_frequencies = n_frequencies
         self.spectral = spectral
+        self.n_features = n_features
 
     @property
     def spectral_(self) -> Component:
@@ -336,7 +349,9 @@ class RandomFourierFeatures(Component):
         return self.spectral if self.spectral is not None else DPMixtureSpectral()
 
     def build(self, ctx: BuildContext, Z) -> ViewFeatures:
-        M = self.n_features
+        self._warn_renamed()
+        self.spectral_._warn_renamed()
+        M = self._param("n_frequencies")
         ctx.add_coord("frequency", M)
         if isinstance(Z, MultiViewData):
             views = [fill_missing(X) for X in Z.views]
@@ -358,10 +373,11 @@ class RandomFourierFeatures(Component):
 
     def initial_values(self, ctx: BuildContext, rng) -> dict[str, np.ndarray]:
         if "latent" in ctx.sizes:
-            return self.spectral_.initial_values(self.n_features, ctx.sizes["latent"], rng)
+            return self.spectral_.initial_values(self._param("n_frequencies"),
+                                                 ctx.sizes["latent"], rng)
         out: dict[str, np.ndarray] = {}
         for v, X in enumerate(ctx.data.views):
-            out.update(self.spectral_.initial_values(self.n_features, X.shape[1], rng,
+            out.update(self.spectral_.initial_values(self._param("n_frequencies"), X.shape[1], rng,
                                                      suffix=f"_{v}"))
         return out
 

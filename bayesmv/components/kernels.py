@@ -114,7 +114,7 @@ class ViewRandomFeatures(Component):
 
     Parameters
     ----------
-    n_features : int
+    n_frequencies : int
         Number M of random frequencies per RBF view and for the product term (2M features
         each).  Linear views contribute their D_v columns exactly to the sum term.
     kernels : sequence of {"rbf", "linear"}
@@ -127,21 +127,26 @@ class ViewRandomFeatures(Component):
         Seed of the base draws.
     random_state : int or None
         Deprecated alias of ``random_seed``.
+    n_features : int or None
+        Deprecated alias of ``n_frequencies``; when given it takes precedence, with a
+        ``FutureWarning``.
     """
 
     consumes = (VIEWS,)
     produces = VIEW_FEATURES
     provides = frozenset({FIXED, PRODUCT_BLOCK})
+    RENAMED = {"n_frequencies": "n_features"}
 
-    def __init__(self, n_features: int, kernels: Sequence[str], gammas: Sequence[float],
+    def __init__(self, n_frequencies: int, kernels: Sequence[str], gammas: Sequence[float],
                  base: Sequence[np.ndarray] | None = None, random_seed: int | None = None,
-                 random_state: int | None = None) -> None:
-        self.n_features = n_features
+                 random_state: int | None = None, n_features: int | None = None) -> None:
+        self.n_frequencies = n_frequencies
         self.kernels = kernels
         self.gammas = gammas
         self.base = base
         self.random_seed = random_seed
         self.random_state = random_state
+        self.n_features = n_features
 
     def draw_base(self, view_sizes: Sequence[int]) -> list[np.ndarray]:
         """``base`` when given, else standard normals drawn from ``random_seed`` (the same
@@ -149,14 +154,14 @@ class ViewRandomFeatures(Component):
         if self.base is not None:
             return [np.asarray(b, dtype=float) for b in self.base]
         rng = np.random.default_rng(component_seed(self))
-        return [rng.standard_normal((int(self.n_features), D)) for D in view_sizes]
+        return [rng.standard_normal((int(self._param("n_frequencies")), D)) for D in view_sizes]
 
     def blocks(self, views: Sequence[np.ndarray], base: Sequence[np.ndarray] | None = None
                ) -> tuple[list[np.ndarray], np.ndarray]:
         """Per-view feature blocks of the sum term and the product term's block."""
         if base is None:
             base = self.draw_base([X.shape[1] for X in views])
-        M = int(self.n_features)
+        M = int(self._param("n_frequencies"))
         n = views[0].shape[0]
         phase = np.zeros((n, M))
         linear_factor = np.ones((n, M))
@@ -175,6 +180,7 @@ class ViewRandomFeatures(Component):
         return per_view, joint
 
     def build(self, ctx: BuildContext, data: MultiViewData) -> ViewFeatures:
+        self._warn_renamed()
         base = ctx.fitted_state("random_base", lambda: self.draw_base(data.view_sizes))
         per_view, joint = self.blocks([fill_missing(X) for X in data.views], base)
         tensors = [pm.Data(f"features_{v}", B) for v, B in enumerate(per_view)]

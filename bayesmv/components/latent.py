@@ -98,9 +98,14 @@ class SharedLatent(Component):
         Gamma shape and rate of the ARD precisions of the columns of ``W_v``.
     a_tau, b_tau : float
         Gamma shape and rate of the view noise precisions ``τ_v``.
-    eta : float
+    view_loading_precision : float
         Prior precision of the entries of ``V_v``.
+    eta : float or None
+        Deprecated alias of ``view_loading_precision``; when given it takes precedence, with a
+        ``FutureWarning``.
     """
+
+    RENAMED = {"view_loading_precision": "eta"}
 
     def __init__(
         self,
@@ -110,7 +115,8 @@ class SharedLatent(Component):
         b_r: float = 1e-5,
         a_tau: float = 1e-2,
         b_tau: float = 1e-5,
-        eta: float = 1e3,
+        view_loading_precision: float = 1e3,
+        eta: float | None = None,
     ) -> None:
         self.latent_dim = latent_dim
         self.view_latent_dim = view_latent_dim
@@ -118,6 +124,7 @@ class SharedLatent(Component):
         self.b_r = b_r
         self.a_tau = a_tau
         self.b_tau = b_tau
+        self.view_loading_precision = view_loading_precision
         self.eta = eta
 
     def dims(self, view_sizes) -> tuple[int, int]:
@@ -131,6 +138,7 @@ class SharedLatent(Component):
     produces = LATENT
 
     def build(self, ctx: BuildContext, upstream=None) -> pt.TensorVariable:
+        self._warn_renamed()
         data = ctx.data
         m, K = self.dims(data.view_sizes)
         n = data.n_samples
@@ -162,7 +170,7 @@ class SharedLatent(Component):
     def _loadings(self, v: int, D: int, r, m: int, K: int):
         """View v's shared and view-specific loadings ``W_v`` (D × m) and ``V_v`` (D × K)."""
         W = pm.Normal(f"W_{v}", 0.0, 1.0 / pt.sqrt(r[v]), shape=(D, m))
-        V = pm.Normal(f"V_{v}", 0.0, self.eta**-0.5, shape=(D, K))
+        V = pm.Normal(f"V_{v}", 0.0, self._param("view_loading_precision")**-0.5, shape=(D, K))
         return W, V
 
     def _build_new_rows(self, ctx: BuildContext, m: int, K: int) -> pt.TensorVariable:
@@ -227,7 +235,8 @@ class SharedLatent(Component):
             tau[v] = 1.0 / max(float(np.mean(resid**2)), 1e-3)
             r[v] = np.clip(D / np.maximum(np.sum(W**2, axis=0), 1e-8), 1e-3, 1e6)
             out[f"W_{v}"] = W
-            out[f"V_{v}"] = self.eta**-0.5 * rng.standard_normal((D, K))
+            out[f"V_{v}"] = (self._param("view_loading_precision")**-0.5
+                             * rng.standard_normal((D, K)))
         out["tau_log__"] = np.log(tau)
         out["r_log__"] = np.log(r)
         if ctx.augmented:

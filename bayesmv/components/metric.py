@@ -148,14 +148,17 @@ class BlockMetricCombiner(Component):
 
     Parameters
     ----------
-    lmbda : float, default 0.1
+    alpha : float, default 0.1
         λ: ``g | A ~ N(0, A/(2λ))`` (penalty ``λ gᵀA⁻¹g``).
-    eta : float, default 1.0
+    metric_penalty : float, default 1.0
         η: weight of the metric's penalty / prior.
     learn_A : {"full", "sparse", "identity", "cov"}
     learn_w : bool, default False
         Learn the view weights (on the simplex) instead of fixing them at ``1/V``.
     objective : {"paper", "bayes"}
+    lmbda, eta : float or None
+        Deprecated aliases of ``alpha`` and ``metric_penalty``; when given they take
+        precedence, with a ``FutureWarning``.
 
     Notes
     -----
@@ -167,18 +170,23 @@ class BlockMetricCombiner(Component):
     produces = DECISION
     requires = {VIEW_FEATURES: frozenset({FIXED})}
 
-    def __init__(self, lmbda: float = 0.1, eta: float = 1.0, learn_A: str = "full",
-                 learn_w: bool = False, objective: str = "paper") -> None:
-        self.lmbda = lmbda
-        self.eta = eta
+    RENAMED = {"alpha": "lmbda", "metric_penalty": "eta"}
+
+    def __init__(self, alpha: float = 0.1, metric_penalty: float = 1.0, learn_A: str = "full",
+                 learn_w: bool = False, objective: str = "paper", lmbda: float | None = None,
+                 eta: float | None = None) -> None:
+        self.alpha = alpha
+        self.metric_penalty = metric_penalty
         self.learn_A = learn_A
         self.learn_w = learn_w
         self.objective = objective
+        self.lmbda = lmbda
+        self.eta = eta
 
     def check_params(self) -> None:
         """Raise ValueError naming the first invalid parameter."""
-        for name in ("lmbda", "eta"):
-            check_positive(name, getattr(self, name))
+        for name in self.RENAMED:
+            check_positive(self._param_name(name), self._param(name))
         if self.learn_A not in LEARN_A:
             raise ValueError(f"learn_A must be one of {LEARN_A}, got {self.learn_A!r}")
         if self.objective not in OBJECTIVES:
@@ -206,7 +214,8 @@ class BlockMetricCombiner(Component):
         ctx.add_coord("nystrom_feature", n)
         ctx.add_coord("nystrom_feature_b", n)
         view_of_feature = np.repeat(np.arange(V), sizes)
-        lam = float(self.lmbda)
+        self._warn_renamed()
+        alpha = float(self._param("alpha"))
 
         if self.learn_w:
             w = pm.Dirichlet("w", a=np.ones((T, V)), dims=("task", "view"))
@@ -221,9 +230,9 @@ class BlockMetricCombiner(Component):
             L = pt.zeros((T, n, n))[:, rows, cols].set(packed)
             A = pm.Deterministic("A", L @ L.transpose(0, 2, 1),
                                  dims=("task", "nystrom_feature", "nystrom_feature_b"))
-            g = self._g_given_square_factor(L, lam, T)
+            g = self._g_given_square_factor(L, alpha, T)
             if self.learn_A == "full":
-                pm.Potential("A_prior", -self.eta * pt.sum(A**2))
+                pm.Potential("A_prior", -self._param("metric_penalty") * pt.sum(A**2))
             else:
                 edges = np.concatenate([[0], np.cumsum(sizes)])
                 terms = []
@@ -231,7 +240,7 @@ class BlockMetricCombiner(Component):
                     for v in range(u, V):
                         blk = A[:, edges[u]:edges[u + 1], edges[v]:edges[v + 1]]
                         terms.append(pt.sqrt(pt.sum(blk**2, axis=(1, 2))))
-                pm.Potential("A_prior", -self.eta * pt.sum(pt.stack(terms)))
+                pm.Potential("A_prior", -self._param("metric_penalty") * pt.sum(pt.stack(terms)))
         else:
             # the training rows' metric (MVML_Cov's depends on the features), also on new rows
             A_np = ctx.fitted_state("fixed_metric",
@@ -239,28 +248,28 @@ class BlockMetricCombiner(Component):
             L_np = psd_factor(A_np)
             if L_np.shape[1] == n and np.allclose(L_np, np.tril(L_np)):
                 L = pt.as_tensor(np.broadcast_to(L_np, (T, n, n)).copy())
-                g = self._g_given_square_factor(L, lam, T)
+                g = self._g_given_square_factor(L, alpha, T)
             else:
                 # rank-deficient fixed A (MVML_Cov with fewer rows than features): g lives in
                 # range(A); write g = L h with h ~ N(0, I/(2λ)) (paper: penalty λ||h||²)
                 k = L_np.shape[1]
                 ctx.add_coord("metric_rank", k)
                 if self.objective == "bayes":
-                    h = pm.Normal("h", 0.0, 1.0 / np.sqrt(2 * lam), dims=("task", "metric_rank"))
+                    h = pm.Normal("h", 0.0, 1.0 / np.sqrt(2 * alpha), dims=("task", "metric_rank"))
                 else:
                     h = WideFlat("h", dims=("task", "metric_rank"))
-                    pm.Potential("g_penalty", -lam * pt.sum(h**2))
+                    pm.Potential("g_penalty", -alpha * pt.sum(h**2))
                 g = pm.Deterministic("g", h @ pt.as_tensor(L_np.T),
                                      dims=("task", "nystrom_feature"))
         return pm.Deterministic("f", features.linear(w_feat * g), dims=("sample", "task"))
 
-    def _g_given_square_factor(self, L, lam: float, T: int):
+    def _g_given_square_factor(self, L, alpha: float, T: int):
         if self.objective == "bayes":
-            return pm.MvNormal("g", mu=0.0, chol=L / np.sqrt(2 * lam),
+            return pm.MvNormal("g", mu=0.0, chol=L / np.sqrt(2 * alpha),
                                dims=("task", "nystrom_feature"))
         g = WideFlat("g", dims=("task", "nystrom_feature"))
         z = pt.linalg.solve_triangular(L, g[..., None], lower=True)[..., 0]   # L⁻¹g
-        pm.Potential("g_penalty", -lam * pt.sum(z**2))                     # λ gᵀA⁻¹g
+        pm.Potential("g_penalty", -alpha * pt.sum(z**2))                     # λ gᵀA⁻¹g
         return g
 
     def initial_values(self, ctx: BuildContext, rng=None) -> dict[str, np.ndarray]:

@@ -297,7 +297,7 @@ class LatentVariableGibbs(GibbsBlockStep):
             U = draw_gaussian_from_precision(
                 *view_latent_conditional(Xo, Ho, nat[f"W_{v}"], V, tau), rng).T
             WV = draw_gaussian_from_precision(
-                *loadings_conditional(Xo, Ho, U, r_new[v], s.eta, tau), rng).T
+                *loadings_conditional(Xo, Ho, U, r_new[v], s.view_loading_precision, tau), rng).T
             W, V = WV[:, :m], WV[:, m:]
             shape, rate = ard_conditional(W, s.a_r, s.b_r)
             r_new[v] = rng.gamma(shape, 1.0 / rate)
@@ -387,7 +387,7 @@ class DPMixtureGibbs(GibbsBlockStep):
         K, m = sp.n_components, Omega.shape[1]
         z = draw_assignments(Omega, nat["dp_weights"], nat["dp_mu"], nat["dp_sigma2"], rng)
         counts = np.bincount(z, minlength=K)
-        sticks = rng.beta(*stick_conditional(counts, sp.alpha))
+        sticks = rng.beta(*stick_conditional(counts, sp._param("concentration")))
         mu, sigma2 = draw_components(Omega, z, K, sp.kappa0, sp.a0, sp.b0(m), rng)
         new = dict(point)
         new["dp_sticks_logodds__"] = s.encode_unit(sticks)

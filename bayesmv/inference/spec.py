@@ -27,12 +27,12 @@ class HybridSpec:
     C: float
     latent_dim: int
     view_latent_dim: int
-    n_features: int
+    n_frequencies: int
     a_r: float
     b_r: float
     a_tau: float
     b_tau: float
-    eta: float
+    view_loading_precision: float
     spectral: object
     prior_precision: float
     precision_prior: tuple[float, float] | None
@@ -49,8 +49,9 @@ class HybridSpec:
             views=tuple(np.ascontiguousarray(X[i]) for X, i in zip(data.views, idx, strict=True)),
             observed_index=idx, patterns=patterns, pattern_of_row=pattern.reshape(-1),
             targets=built.context.targets, C=float(lik.C), latent_dim=latent_dim,
-            view_latent_dim=view_latent_dim, n_features=fmap.n_features, a_r=rep.a_r,
-            b_r=rep.b_r, a_tau=rep.a_tau, b_tau=rep.b_tau, eta=rep.eta, spectral=fmap.spectral_,
+            view_latent_dim=view_latent_dim, n_frequencies=fmap._param("n_frequencies"),
+            a_r=rep.a_r, b_r=rep.b_r, a_tau=rep.a_tau, b_tau=rep.b_tau,
+            view_loading_precision=rep._param("view_loading_precision"), spectral=fmap.spectral_,
             prior_precision=comb.prior_precision, precision_prior=comb.precision_prior,
         )
 

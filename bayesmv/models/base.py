@@ -32,7 +32,7 @@ from bayesmv.data import (
     check_views,
 )
 from bayesmv.diagnostics.convergence import inference_kind
-from bayesmv.params import check_random_seed
+from bayesmv.params import RenamedParameters, check_random_seed
 
 #: attribute of ``idata.posterior`` holding the JSON description of a fitted estimator
 MODEL_ATTR = "bayesmv_model"
@@ -97,7 +97,8 @@ def _decode_piece(d: dict[str, Any]) -> Any:
     cls = _piece_classes().get(d[PIECE_KEY])
     if cls is None:
         raise ValueError(f"unknown model piece {d[PIECE_KEY]!r}")
-    return cls(**d["params"])
+    upgrade = getattr(cls, "upgrade_params", dict)
+    return cls(**upgrade(d["params"]))
 
 
 def _labels_from_json(d: dict[str, Any]) -> np.ndarray:
@@ -105,7 +106,7 @@ def _labels_from_json(d: dict[str, Any]) -> np.ndarray:
     return np.asarray(d["values"], dtype=dtype)
 
 
-class BaseMultiViewClassifier(ClassifierMixin, BaseEstimator):
+class BaseMultiViewClassifier(RenamedParameters, ClassifierMixin, BaseEstimator):
     """Base class: input validation, standardisation, labels, save/load."""
 
     # ------------------------------------------------------ scikit-learn tags
@@ -507,7 +508,7 @@ def load(path: str | Path, expected: type | None = None) -> BaseMultiViewClassif
 
     saved_version = description.get("bayesmv_version")
     try:
-        est = cls(**description["params"])
+        est = cls(**cls.upgrade_params(description["params"]))
         est.classes_ = _labels_from_json(description["classes"])
         est.layout_ = ViewLayout.from_dict(description["layout"])
         est.standardizer_ = (ViewStandardizer.from_dict(description["standardizer"])

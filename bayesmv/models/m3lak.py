@@ -32,9 +32,9 @@ from bayesmv.inference.sample import check_nuts_sampler, run_sampler
 from bayesmv.models.base import BaseMultiViewClassifier, register, thinned_draws
 from bayesmv.params import check_positive
 
-_POSITIVE = ("C", "eta", "alpha", "kappa0", "a_r", "b_r", "a_tau", "b_tau", "v", "bandwidth",
-             "target_accept")
-_POSITIVE_INT = ("n_features", "draws", "chains", "n_latent_draws", "max_predict_draws")
+_POSITIVE = ("C", "view_loading_precision", "concentration", "kappa0", "a_r", "b_r", "a_tau",
+             "b_tau", "v", "bandwidth", "target_accept")
+_POSITIVE_INT = ("n_frequencies", "draws", "chains", "n_latent_draws", "max_predict_draws")
 #: positive integers or "auto" (chosen from the view sizes, see auto_latent_dims)
 _LATENT_DIMS = ("latent_dim", "view_latent_dim")
 #: scikit-learn estimator checks that set ``n_components = 1`` on any estimator that has one
@@ -66,7 +66,7 @@ class M3LAK(BaseMultiViewClassifier):
         columns slow the sampler even where they cannot (on the digits K = 5 gave a smallest
         ESS of f of 111-781 over three seeds where K = 1 gave 509-944, at the same accuracy).
         ``latent_dims_`` holds the fitted choice.
-    n_features : int, default 50
+    n_frequencies : int, default 50
         Number of random frequencies M (2M + 1 features with the bias).  The defaults were
         m = 20, M = 100 (the paper's).  On the digits 3 vs 5 (4 chains, 2 cores) m = 10,
         M = 50 costs about a third per sweep and mixes better per sweep: 500 + 2000 draws take
@@ -97,7 +97,7 @@ class M3LAK(BaseMultiViewClassifier):
     view_latent_dim : int or "auto", default "auto"
         Dimension K of each view-specific latent (low-rank view noise; the authors' code used
         1); ``"auto"``: see ``latent_dim``.
-    eta : float, default 1e3
+    view_loading_precision : float, default 1e3
         Prior precision of the view-specific loadings V.
     a_r, b_r, a_tau, b_tau : float
         Gamma hyper-parameters of the ARD precisions r and the noise precisions τ.
@@ -113,8 +113,8 @@ class M3LAK(BaseMultiViewClassifier):
         Spectral density of the frequencies: adaptive DP mixture or fixed RBF.
     n_components : int, default 20
         Truncation level of the DP mixture.
-    alpha : float, default 1.0
-        DP concentration.
+    concentration : float, default 1.0
+        DP concentration α (sticks ~ Beta(1, α)).
     kappa0 : float, default 100.0
         Prior precision scale of the DP components' means, ``μ_k | σ²_k ~ N(0, σ²_k/κ₀)``
         (see :class:`~bayesmv.components.features.DPMixtureSpectral`): large keeps the means
@@ -146,12 +146,18 @@ class M3LAK(BaseMultiViewClassifier):
     sampler : {"hybrid", "nuts"} or None, default None
         Deprecated alias of ``inference`` (the name every other estimator uses); when given
         it takes precedence, with a ``FutureWarning``.
+    n_features, eta, alpha : int, float or None, default None
+        Deprecated aliases of ``n_frequencies``, ``view_loading_precision`` and
+        ``concentration``; when given they take precedence, with a ``FutureWarning``.
     """
+
+    RENAMED = {"n_frequencies": "n_features", "view_loading_precision": "eta",
+               "concentration": "alpha"}
 
     def __init__(
         self,
         latent_dim: int | str = "auto",
-        n_features: int = 50,
+        n_frequencies: int = 50,
         C: float = 1.0,
         inference: str = "hybrid",
         draws: int = 2000,
@@ -160,7 +166,7 @@ class M3LAK(BaseMultiViewClassifier):
         cores: int | None = None,
         random_seed: int | None = None,
         view_latent_dim: int | str = "auto",
-        eta: float = 1e3,
+        view_loading_precision: float = 1e3,
         a_r: float = 0.1,
         b_r: float = 1e-5,
         a_tau: float = 1e-2,
@@ -169,7 +175,7 @@ class M3LAK(BaseMultiViewClassifier):
         v_prior: tuple[float, float] | None = None,
         spectral: str = "dp_mixture",
         n_components: int = 20,
-        alpha: float = 1.0,
+        concentration: float = 1.0,
         kappa0: float = 100.0,
         bandwidth: float = 1.0,
         view_sizes: tuple[int, ...] | None = None,
@@ -180,9 +186,12 @@ class M3LAK(BaseMultiViewClassifier):
         nuts_sampler: str = "pymc",
         progressbar: bool = False,
         sampler: str | None = None,
+        n_features: int | None = None,
+        eta: float | None = None,
+        alpha: float | None = None,
     ) -> None:
         self.latent_dim = latent_dim
-        self.n_features = n_features
+        self.n_frequencies = n_frequencies
         self.C = C
         self.inference = inference
         self.draws = draws
@@ -191,7 +200,7 @@ class M3LAK(BaseMultiViewClassifier):
         self.cores = cores
         self.random_seed = random_seed
         self.view_latent_dim = view_latent_dim
-        self.eta = eta
+        self.view_loading_precision = view_loading_precision
         self.a_r = a_r
         self.b_r = b_r
         self.a_tau = a_tau
@@ -200,7 +209,7 @@ class M3LAK(BaseMultiViewClassifier):
         self.v_prior = v_prior
         self.spectral = spectral
         self.n_components = n_components
-        self.alpha = alpha
+        self.concentration = concentration
         self.kappa0 = kappa0
         self.bandwidth = bandwidth
         self.view_sizes = view_sizes
@@ -211,6 +220,9 @@ class M3LAK(BaseMultiViewClassifier):
         self.nuts_sampler = nuts_sampler
         self.progressbar = progressbar
         self.sampler = sampler
+        self.n_features = n_features
+        self.eta = eta
+        self.alpha = alpha
 
     @property
     def _method(self) -> str:
@@ -220,9 +232,9 @@ class M3LAK(BaseMultiViewClassifier):
     # --------------------------------------------------------------- checks
     def _validate_params(self) -> None:
         for name in _POSITIVE:
-            check_positive(name, getattr(self, name))
+            check_positive(self._param_name(name), self._param(name))
         for name in _POSITIVE_INT:
-            check_positive(name, getattr(self, name), integer=True)
+            check_positive(self._param_name(name), self._param(name), integer=True)
         for name in _LATENT_DIMS:
             check_positive(name, getattr(self, name), integer=True, allow_auto=True)
         if not isinstance(self.tune, numbers.Integral) or self.tune < 0:
@@ -235,6 +247,7 @@ class M3LAK(BaseMultiViewClassifier):
         if self.sampler is not None:
             warnings.warn("M3LAK(sampler=...) is deprecated; use inference=..., the name "
                           "every bayesmv estimator uses", FutureWarning, stacklevel=3)
+        self._warn_renamed()
         check_nuts_sampler(self.nuts_sampler, require_installed=self._method == "nuts")
         if self.spectral not in ("dp_mixture", "gaussian"):
             raise ValueError(f"spectral must be 'dp_mixture' or 'gaussian', got {self.spectral!r}")
@@ -263,12 +276,12 @@ class M3LAK(BaseMultiViewClassifier):
     # ------------------------------------------------------------- builder
     def make_builder(self) -> ModelBuilder:
         """The model graph this estimator samples (usable on its own for custom work)."""
-        spectral = (DPMixtureSpectral(self.n_components, self.alpha, kappa0=self.kappa0,
-                                      bandwidth=self.bandwidth)
+        spectral = (DPMixtureSpectral(self.n_components, self._param("concentration"),
+                                      kappa0=self.kappa0, bandwidth=self.bandwidth)
                     if self.spectral == "dp_mixture" else GaussianSpectral(self.bandwidth))
         return ModelBuilder(
             self._latent(),
-            RandomFourierFeatures(self.n_features, spectral),
+            RandomFourierFeatures(self._param("n_frequencies"), spectral),
             SumCombiner(self.v, None if self.v_prior is None else tuple(self.v_prior)),
             HingeLikelihood(self.C),
         )
@@ -342,7 +355,7 @@ class M3LAK(BaseMultiViewClassifier):
 
     def _latent(self) -> SharedLatent:
         return SharedLatent(self.latent_dim, self.view_latent_dim, self.a_r, self.b_r,
-                            self.a_tau, self.b_tau, self.eta)
+                            self.a_tau, self.b_tau, self._param("view_loading_precision"))
 
     @property
     def sampling_time_(self) -> float:
@@ -363,7 +376,7 @@ class M3LAK(BaseMultiViewClassifier):
         latent = self._latent()
         rng = np.random.default_rng(np.random.SeedSequence(
             [0 if self.random_seed is None else self.random_seed, 7919]))
-        M = self.n_features
+        M = self._param("n_frequencies")
         out = []
         for draw in self._draws():
             mean, chols, pattern = latent.latent_posterior(draw, data)

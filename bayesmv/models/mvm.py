@@ -58,7 +58,7 @@ from bayesmv.inference.optimize import (
 )
 from bayesmv.inference.sample import check_nuts_sampler, run_sampler
 from bayesmv.models.base import BaseMultiViewClassifier, register, thinned_draws
-from bayesmv.params import check_ensemble, check_positive, check_random_seed
+from bayesmv.params import RenamedParameters, check_ensemble, check_positive, check_random_seed
 
 _LOSSES = ("auto", "logistic", "hinge", "squared")
 _INFERENCE = ("map", "laplace", "nuts")
@@ -77,7 +77,7 @@ _NOTE = ("Judged on the decision values f at the training points (the probe poin
 
 
 
-class _MVMCore:
+class _MVMCore(RenamedParameters):
     """Graph, inference and prediction shared by :class:`MVM` and :class:`MVMRegressor`."""
 
     #: MAP fits kept when ``ensemble`` is None (and ``inference="map"``)

@@ -34,7 +34,7 @@ from bayesmv.inference.evidence import (
 )
 from bayesmv.inference.metric import MetricProblem, block_norms, fit_metric
 from bayesmv.models.base import BaseMultiViewClassifier, register
-from bayesmv.params import check_random_seed
+from bayesmv.params import check_positive, check_random_seed
 
 __all__ = ["MVML"]
 
@@ -116,9 +116,9 @@ class MVML(BaseMultiViewClassifier):
 
     Parameters
     ----------
-    lmbda : float, default 0.1
+    alpha : float, default 0.1
         λ, the weight of ``gᵀA⁻¹g`` (prior precision scale of g).
-    eta : float, default 1.0
+    metric_penalty : float, default 1.0
         η, the weight of the metric penalty (Frobenius for ``"full"``, block norms for
         ``"sparse"``).  Unused by the fixed metrics.
     nystrom : float in (0, 1] or int, default 0.25
@@ -177,6 +177,9 @@ class MVML(BaseMultiViewClassifier):
         refits, no held-out data), with :func:`~bayesmv.inference.evidence.fit_slope` as
         for :class:`bayesmv.RhoTMVRKM`.
         Only the probabilities' sharpness changes: ``predict`` is the same either way.
+    lmbda, eta : float or None, default None
+        Deprecated aliases of ``alpha`` and ``metric_penalty``; when given they take
+        precedence, with a ``FutureWarning``.
 
     Attributes
     ----------
@@ -232,8 +235,8 @@ class MVML(BaseMultiViewClassifier):
 
     def __init__(
         self,
-        lmbda: float = 0.1,
-        eta: float = 1.0,
+        alpha: float = 0.1,
+        metric_penalty: float = 1.0,
         nystrom: float | int = 0.25,
         learn_A: str = "full",
         learn_w: bool = False,
@@ -246,9 +249,11 @@ class MVML(BaseMultiViewClassifier):
         view_sizes: tuple[int, ...] | None = None,
         standardize: bool = True,
         calibration: str = "temperature",
+        lmbda: float | None = None,
+        eta: float | None = None,
     ) -> None:
-        self.lmbda = lmbda
-        self.eta = eta
+        self.alpha = alpha
+        self.metric_penalty = metric_penalty
         self.nystrom = nystrom
         self.learn_A = learn_A
         self.learn_w = learn_w
@@ -261,17 +266,24 @@ class MVML(BaseMultiViewClassifier):
         self.view_sizes = view_sizes
         self.standardize = standardize
         self.calibration = calibration
+        self.lmbda = lmbda
+        self.eta = eta
 
     # --------------------------------------------------------------- checks
+    RENAMED = {"alpha": "lmbda", "metric_penalty": "eta"}
+
     def _combiner(self) -> BlockMetricCombiner:
-        return BlockMetricCombiner(self.lmbda, self.eta, self.learn_A, self.learn_w,
-                                   self.objective)
+        return BlockMetricCombiner(self._param("alpha"), self._param("metric_penalty"),
+                                   self.learn_A, self.learn_w, self.objective)
 
     def _nystrom(self) -> NystromFeatures:
         return NystromFeatures(self.nystrom, self.kernel, self.gamma,
                                random_seed=self.random_seed)
 
     def _validate_params(self) -> None:
+        for name in self.RENAMED:  # named as the user set them, before the combiner checks
+            check_positive(self._param_name(name), self._param(name))
+        self._warn_renamed(stacklevel=4)
         self._combiner().check_params()
         n_landmarks(self.nystrom, 10**9)  # validates the type/range of nystrom
         if (isinstance(self.max_iter, bool) or not isinstance(self.max_iter, numbers.Integral)
@@ -342,8 +354,8 @@ class MVML(BaseMultiViewClassifier):
         with _threadpools().limit(limits=1, user_api="blas"):
             state = self._nystrom().fit_state(data)
             problem = MetricProblem(state.transform(data), state.block_sizes)
-            fits = [fit_metric(problem, targets[:, t], lmbda=float(self.lmbda),
-                               eta=float(self.eta), learn_A=self.learn_A,
+            fits = [fit_metric(problem, targets[:, t], lmbda=float(self._param("alpha")),
+                               eta=float(self._param("metric_penalty")), learn_A=self.learn_A,
                                learn_w=bool(self.learn_w), objective=self.objective,
                                max_iter=int(self.max_iter), tol=float(self.tol))
                     for t in range(targets.shape[1])]

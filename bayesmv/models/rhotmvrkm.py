@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numbers
 import time
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -113,7 +114,7 @@ class RhoTMVRKM(BaseMultiViewClassifier):
     rho : float in [0, 1] or None
         ϱ: 0 is MV-RKM (per-view weights, late fusion), 1 is TMV-RKM (tensor product of the
         views, early fusion).  None: chosen by ``criterion``.
-    lam : float > 0 or None
+    alpha : float > 0 or None
         λ, the least-squares regularisation (the noise variance ``λ/τ²`` on the targets'
         scale).  None: chosen by ``criterion``.
     eta : float > 0, default 1.0
@@ -161,7 +162,7 @@ class RhoTMVRKM(BaseMultiViewClassifier):
         ``"map"`` gives plug-in probabilities.
     multiclass : {"ova", "moc"}
         One-vs-all outputs, or minimum output coding (⌈log₂ n_classes⌉ outputs).
-    n_features : int or None
+    n_frequencies : int or None
         None: exact kernels (O(N³)).  An integer M: random Fourier features, M frequencies per
         RBF view and M for the product term (drawn jointly), so fit and predict grow linearly
         in N; the hyper-parameters are still chosen with exact kernels (see
@@ -178,18 +179,22 @@ class RhoTMVRKM(BaseMultiViewClassifier):
         others leave (:func:`bayesmv.data.check_views`).
     standardize : bool, default True
         Standardise each view on the training rows.
+    lam, n_features : float, int or None, default None
+        Deprecated aliases of ``alpha`` and ``n_frequencies``; when given they take
+        precedence, with a ``FutureWarning``.
 
     Attributes
     ----------
-    rho_, lam_, gamma_ : the hyper-parameters used (given or chosen); ``gamma_`` has one entry
+    rho_, alpha_, gamma_ : the hyper-parameters used (given or chosen); ``gamma_`` has one entry
         per view (None for linear views).
     slope_ : float or None
         The calibration slope s (None with ``calibration="likelihood"``).
     selection_ : dict
         How the hyper-parameters were chosen: ``criterion``, the free parameters, the
         criterion's value, evaluations, seconds, rows used, and the parameters that ended on
-        the search range's edge (``at_bounds``; for the evidence typically ``lam``: it still
-        rises as λ → 0 when the labels can be interpolated).  ``evidence_`` is the same dict.
+        the search range's edge (``at_bounds``; for the evidence typically ``lam``, the
+        search's name of ``alpha``: it still rises as λ → 0 when the labels can be
+        interpolated).  ``evidence_`` is the same dict.
     idata_ : arviz.InferenceData
         ``posterior``: the model's decision values ``f = g + b`` at the training points
         (one draw for MAP, exact draws for Laplace), ``b`` and the hyper-parameters;
@@ -214,7 +219,7 @@ class RhoTMVRKM(BaseMultiViewClassifier):
     def __init__(
         self,
         rho: float | None = None,
-        lam: float | None = None,
+        alpha: float | None = None,
         eta: float = 1.0,
         kernel: str | Sequence[str] = "rbf",
         gamma: float | str | Sequence[float | str | None] | None = None,
@@ -223,15 +228,17 @@ class RhoTMVRKM(BaseMultiViewClassifier):
         decision_rule: str = "add",
         inference: str = "map",
         multiclass: str = "ova",
-        n_features: int | None = None,
+        n_frequencies: int | None = None,
         random_seed: int | None = None,
         laplace_draws: int = 200,
         ml_max_samples: int = 2000,
         view_sizes: tuple[int, ...] | None = None,
         standardize: bool = True,
+        lam: float | None = None,
+        n_features: int | None = None,
     ) -> None:
         self.rho = rho
-        self.lam = lam
+        self.alpha = alpha
         self.eta = eta
         self.kernel = kernel
         self.gamma = gamma
@@ -240,20 +247,32 @@ class RhoTMVRKM(BaseMultiViewClassifier):
         self.decision_rule = decision_rule
         self.inference = inference
         self.multiclass = multiclass
-        self.n_features = n_features
+        self.n_frequencies = n_frequencies
         self.random_seed = random_seed
         self.laplace_draws = laplace_draws
         self.ml_max_samples = ml_max_samples
         self.view_sizes = view_sizes
         self.standardize = standardize
+        self.lam = lam
+        self.n_features = n_features
+
+    RENAMED = {"alpha": "lam", "n_frequencies": "n_features"}
+
+    @property
+    def lam_(self) -> float:
+        """Deprecated alias of ``alpha_`` (read-only)."""
+        warnings.warn("RhoTMVRKM.lam_ is deprecated; use alpha_, the same value under its new "
+                      "name", FutureWarning, stacklevel=2)
+        return self.alpha_
 
     # --------------------------------------------------------------- checks
     def _validate_params(self) -> None:
+        self._warn_renamed(stacklevel=5)
         if self.rho is not None and (isinstance(self.rho, bool)
                                      or not isinstance(self.rho, numbers.Real)
                                      or not 0.0 <= self.rho <= 1.0):
             raise ValueError(f"rho must lie in [0, 1] or be None, got {self.rho!r}")
-        check_positive("lam", self.lam, allow_none=True)
+        check_positive(self._param_name("alpha"), self._param("alpha"), allow_none=True)
         check_positive("eta", self.eta)
         for name, value, options in (("criterion", self.criterion, ("loo", "evidence")),
                                      ("calibration", self.calibration,
@@ -270,8 +289,10 @@ class RhoTMVRKM(BaseMultiViewClassifier):
                              "(decision_rule='mean') are not a quantity of the model: use "
                              "decision_rule='add', inference='map' or "
                              "calibration='likelihood'")
-        for name in ("laplace_draws", "ml_max_samples") + (
-                ("n_features",) if self.n_features is not None else ()):
+        if self._param("n_frequencies") is not None:
+            check_positive(self._param_name("n_frequencies"), self._param("n_frequencies"),
+                           integer=True)
+        for name in ("laplace_draws", "ml_max_samples"):
             check_positive(name, getattr(self, name), integer=True)
         if self.ml_max_samples < 10:
             raise ValueError(f"ml_max_samples must be at least 10, got {self.ml_max_samples}")
@@ -309,18 +330,18 @@ class RhoTMVRKM(BaseMultiViewClassifier):
 
     # ------------------------------------------------------------- builder
     def make_builder(self, kernels: Sequence[str], gammas: Sequence[float | None],
-                     rho: float | None = None, lam: float | None = None) -> ModelBuilder:
+                     rho: float | None = None, alpha: float | None = None) -> ModelBuilder:
         """The model graph: views → per-view kernels → ϱ-tensor combiner → least squares.
 
-        ``None`` for ``rho``, ``lam`` or a gamma leaves that hyper-parameter free (flat prior
+        ``None`` for ``rho``, ``alpha`` or a gamma leaves that hyper-parameter free (flat prior
         on its unconstrained scale), so the graph's density is the marginal likelihood.
         """
-        if self.n_features is None:
+        if self._param("n_frequencies") is None:
             feature_map = ViewKernels(kernels, gammas)
         else:
-            feature_map = ViewRandomFeatures(self.n_features, kernels, gammas,
+            feature_map = ViewRandomFeatures(self._param("n_frequencies"), kernels, gammas,
                                              random_seed=self.random_seed)
-        sigma = None if lam is None else float(np.sqrt(lam))
+        sigma = None if alpha is None else float(np.sqrt(alpha))
         return ModelBuilder(Identity(), feature_map, RhoTensorCombiner(rho, self.eta),
                             GaussianLikelihood(sigma=sigma,
                                                variance_range=tuple(np.exp(LOG_LAM_RANGE))))
@@ -333,7 +354,7 @@ class RhoTMVRKM(BaseMultiViewClassifier):
         """
         prepared = self._prepare_fit(X, y)
         built = self.make_builder(prepared["kernels"], prepared["gammas"], self.rho,
-                                  self.lam).build(prepared["data"], prepared["Y"])
+                                  self._param("alpha")).build(prepared["data"], prepared["Y"])
         return built
 
     # ------------------------------------------------------------------ fit
@@ -359,16 +380,17 @@ class RhoTMVRKM(BaseMultiViewClassifier):
         kernels, gammas, Y = prepared["kernels"], prepared["gammas"], prepared["Y"]
         codes = prepared["codes"]
         free = ([g for k, g in zip(kernels, gammas, strict=True) if k == "rbf" and g is None]
-                or self.rho is None or self.lam is None)
+                or self.rho is None or self._param("alpha") is None)
         if not free:
-            return gammas, float(self.lam), float(self.rho), {"criterion": None, "free": []}
+            return (gammas, float(self._param("alpha")), float(self.rho),
+                    {"criterion": None, "free": []})
         views, y_index = prepared["data"].views, prepared["y_index"]
         if len(Y) > self.ml_max_samples:
             rng = np.random.default_rng(np.random.SeedSequence([self._seed(), 1]))
             rows = np.sort(rng.choice(len(Y), self.ml_max_samples, replace=False))
             views, Y, y_index = [X[rows] for X in views], Y[rows], y_index[rows]
         if self.criterion == "evidence":
-            result = RhoTensorEvidence(views, kernels, Y, self.eta, gammas, self.lam,
+            result = RhoTensorEvidence(views, kernels, Y, self.eta, gammas, self._param("alpha"),
                                        self.rho).maximise()
             info = {"criterion": "evidence", "free": list(result.free),
                     "neg_log_evidence": result.neg_log_evidence,
@@ -377,7 +399,7 @@ class RhoTMVRKM(BaseMultiViewClassifier):
             return result.gammas, result.lam, result.rho, info
         loo = RhoTensorLOO(views, kernels, Y, y_index, len(prepared["classes"]),
                            lambda F, t: class_log_probabilities(F, None, t, codes), self.eta,
-                           gammas, prepared["scale_gammas"], self.lam, self.rho,
+                           gammas, prepared["scale_gammas"], self._param("alpha"), self.rho,
                            self.decision_rule).minimise()
         info = {"criterion": "loo", "free": list(loo.free), "value": loo.criterion,
                 "cross_entropy": loo.cross_entropy, "width": loo.width, "slope": loo.slope,
@@ -390,7 +412,7 @@ class RhoTMVRKM(BaseMultiViewClassifier):
 
     def _fit_is_random(self) -> bool:
         # exact kernels draw nothing unseeded (the subsample and Laplace draws use seed 0)
-        return self.n_features is not None
+        return self._param("n_frequencies") is not None
 
     def fit(self, X, y) -> RhoTMVRKM:
         """Fit on training views ``X`` and labels ``y``.
@@ -408,12 +430,12 @@ class RhoTMVRKM(BaseMultiViewClassifier):
         start = time.perf_counter()
         prepared = self._prepare_fit(X, y)
         data, Y, codes = prepared["data"], prepared["Y"], prepared["codes"]
-        gammas, lam, rho, selection = self._choose_hyperparameters(prepared)
+        gammas, alpha, rho, selection = self._choose_hyperparameters(prepared)
         tau = tau_of(rho, data.n_views)
         rng = np.random.default_rng(np.random.SeedSequence([self._seed(), 2]))
-        fitted = {"rho": rho, "lam": lam, "gammas": gammas, "kernels": prepared["kernels"],
+        fitted = {"rho": rho, "alpha": alpha, "gammas": gammas, "kernels": prepared["kernels"],
                   "tau": tau}
-        if self.n_features is None:
+        if self._param("n_frequencies") is None:
             fit_group, f_train, b_train = self._fit_exact(data.views, Y, fitted, rng)
         else:
             fit_group, f_train, b_train = self._fit_features(data.views, Y, fitted, rng)
@@ -434,7 +456,7 @@ class RhoTMVRKM(BaseMultiViewClassifier):
         idata.posterior.attrs["selection_seconds"] = float(selection.get("seconds", 0.0))
         # fitted state only now, in one step: a failure above leaves a previous fit untouched
         self._commit(classes_=prepared["classes"], codes_=codes, layout_=data.layout,
-                     standardizer_=prepared["standardizer"], rho_=rho, lam_=lam,
+                     standardizer_=prepared["standardizer"], rho_=rho, alpha_=alpha,
                      gamma_=gammas, kernels_=prepared["kernels"], slope_=slope,
                      selection_=selection, idata_=idata,
                      n_features_in_=int(sum(data.view_sizes)),
@@ -447,10 +469,10 @@ class RhoTMVRKM(BaseMultiViewClassifier):
         return self.selection_
 
     def _fit_exact(self, views, Y, fitted, rng):
-        rho, lam, tau = fitted["rho"], fitted["lam"], fitted["tau"]
+        rho, alpha, tau = fitted["rho"], fitted["alpha"], fitted["tau"]
         grams = ViewKernels(fitted["kernels"], fitted["gammas"]).grams(views, fitted["gammas"])
         K = combine_kernels(grams, rho) / (self.eta * tau**2)
-        noise = lam / tau**2
+        noise = alpha / tau**2
         post = KernelPosterior.fit(K, Y, noise, what="the combined kernel matrix plus λ")
         fitted["posterior"] = post  # predictions reuse this factorisation
         if self.calibration == "temperature":
@@ -483,16 +505,16 @@ class RhoTMVRKM(BaseMultiViewClassifier):
         return F_loo, var
 
     def _fit_features(self, views, Y, fitted, rng):
-        rho, lam, tau = fitted["rho"], fitted["lam"], fitted["tau"]
-        rff = ViewRandomFeatures(self.n_features, fitted["kernels"], fitted["gammas"],
+        rho, alpha, tau = fitted["rho"], fitted["alpha"], fitted["tau"]
+        rff = ViewRandomFeatures(self._param("n_frequencies"), fitted["kernels"], fitted["gammas"],
                                  random_seed=self.random_seed)
         base = rff.draw_base([X.shape[1] for X in views])
         per_view, joint = rff.blocks(views, base)
         Psi = feature_design(per_view, joint, rho, self.eta)
-        noise = lam / tau**2
+        noise = alpha / tau**2
         post = FeaturePosterior.fit(Psi, Y, noise)
         f_mean = Psi @ post.theta + post.bias
-        alpha = tau * (Y - f_mean) / lam  # the paper's dual variables y ⊙ h
+        dual = tau * (Y - f_mean) / alpha  # the paper's dual variables y ⊙ h
         if self.calibration == "temperature":
             # the same leave-one-out pieces in the primal: P = (I - H)/σ² with the hat matrix
             # H = Ψ̃ A⁻¹ Ψ̃ᵀ / σ² (Ψ̃ = [Ψ, 1]), u = the bias row of A⁻¹Ψ̃ᵀ/σ², 1ᵀC⁻¹1 = L_bb²
@@ -512,9 +534,9 @@ class RhoTMVRKM(BaseMultiViewClassifier):
                                        "u": u, "ones_precision": L_bb**2}, noise, tau)
         group = {"coef": (("weight1", "task"), post.coef), "bias": ("task", post.bias)}
         for v, (B, E) in enumerate(zip(per_view, base, strict=True)):
-            group[f"u_{v}"] = ((f"block_{v}", "task"), B.T @ alpha)
+            group[f"u_{v}"] = ((f"block_{v}", "task"), B.T @ dual)
             group[f"rff_base_{v}"] = (("frequency", f"feature_{v}"), E)
-        group["u_product"] = (("block_product", "task"), joint.T @ alpha)
+        group["u_product"] = (("block_product", "task"), joint.T @ dual)
         if self.inference == "laplace":
             W = post.draws(self.laplace_draws, rng)
             f_train = np.einsum("np,spt->snt", Psi, W[:, :-1]) + W[:, None, -1]
@@ -532,7 +554,7 @@ class RhoTMVRKM(BaseMultiViewClassifier):
         posterior = {
             "f": f_train[None], "b": b_train[None],
             "rho": np.full((1, n_draws), fitted["rho"]),
-            "lam": np.full((1, n_draws), fitted["lam"]),
+            "lam": np.full((1, n_draws), fitted["alpha"]),
             "gamma": np.broadcast_to(gamma, (1, n_draws, len(gamma))).copy(),
         }
         idata = az.from_dict(posterior=posterior,
@@ -546,12 +568,14 @@ class RhoTMVRKM(BaseMultiViewClassifier):
     # ----------------------------------------------------------- persistence
     def _extra_state(self) -> dict[str, Any]:
         # JSON writes a float's shortest repr, which reads back bit-identically
-        return {"rho": self.rho_, "lam": self.lam_, "gamma": self.gamma_,
+        return {"rho": self.rho_, "alpha": self.alpha_, "gamma": self.gamma_,
                 "kernels": self.kernels_, "codes": self.codes_.tolist(),
                 "slope": self.slope_, "selection": self.selection_}
 
     def _set_extra_state(self, state: dict[str, Any]) -> None:
-        self.rho_, self.lam_ = float(state["rho"]), float(state["lam"])
+        self.rho_ = float(state["rho"])
+        # files saved before the rename of lam to alpha hold "lam"
+        self.alpha_ = float(state["alpha"] if "alpha" in state else state["lam"])
         self.gamma_, self.kernels_ = state["gamma"], state["kernels"]
         self.codes_ = np.asarray(state["codes"], dtype=float)
         self.slope_ = None if state["slope"] is None else float(state["slope"])
@@ -575,19 +599,20 @@ class RhoTMVRKM(BaseMultiViewClassifier):
     def _rff(self) -> ViewRandomFeatures:
         fit = self.idata_.fit
         base = [fit[f"rff_base_{v}"].values for v in range(len(self.kernels_))]
-        return ViewRandomFeatures(self.n_features, self.kernels_, self.gamma_, base=base)
+        return ViewRandomFeatures(self._param("n_frequencies"), self.kernels_, self.gamma_,
+                                  base=base)
 
     def _paper_rule(self, views) -> np.ndarray:
         """The paper's decision values (eq. 15 or 17), one column per task."""
         fit, rho, V = self.idata_.fit, self.rho_, len(self.kernels_)
         bias = fit["bias"].values
-        if self.n_features is None:
-            alpha = fit["weights"].values / self.tau_  # the paper's y ⊙ h
+        if self._param("n_frequencies") is None:
+            dual = fit["weights"].values / self.tau_  # the paper's y ⊙ h
             grams = ViewKernels(self.kernels_, self.gamma_).grams(views, self.gamma_,
                                                                   self._train_views())
             K = (combine_kernels(grams, rho) if self.decision_rule == "add"
                  else np.sum(grams, axis=0) / V)
-            return K @ alpha / self.eta + bias
+            return K @ dual / self.eta + bias
         per_view, joint = self._rff().blocks(views)
         u = [fit[f"u_{v}"].values for v in range(V)]
         sums = sum(B @ uv for B, uv in zip(per_view, u, strict=True))
@@ -603,7 +628,7 @@ class RhoTMVRKM(BaseMultiViewClassifier):
             grams = ViewKernels(self.kernels_, self.gamma_).grams(views, self.gamma_)
             K = combine_kernels(grams, self.rho_) / (self.eta * self.tau_**2)
             Y = self.idata_.observed_data["y_tasks"].values
-            self._cache["posterior"] = KernelPosterior.fit(K, Y, self.lam_ / self.tau_**2)
+            self._cache["posterior"] = KernelPosterior.fit(K, Y, self.alpha_ / self.tau_**2)
         return self._cache["posterior"]
 
     def _model_predictive(self, views, scale: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
@@ -611,7 +636,7 @@ class RhoTMVRKM(BaseMultiViewClassifier):
         for a MAP fit)."""
         kernel_scale = 1.0 / (self.eta * self.tau_**2)
         laplace = self.inference == "laplace"
-        if self.n_features is None:
+        if self._param("n_frequencies") is None:
             post = self._kernel_posterior()
             fm = ViewKernels(self.kernels_, self.gamma_)
             Kx = combine_kernels(fm.grams(views, self.gamma_, self._train_views()),
@@ -648,7 +673,7 @@ class RhoTMVRKM(BaseMultiViewClassifier):
 
     def _slope(self) -> float:
         """s in ``sigmoid(s·F)``: the fitted slope, or the Gaussian likelihood's ``2τ²/λ``."""
-        return self.slope_ if self.slope_ is not None else 2.0 * self.tau_**2 / self.lam_
+        return self.slope_ if self.slope_ is not None else 2.0 * self.tau_**2 / self.alpha_
 
     def decision_distribution(self, X) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean and standard deviation of the decision values ``predict_proba`` is
@@ -749,7 +774,7 @@ class RhoTMVRKM(BaseMultiViewClassifier):
                              index=pd.Index(self.layout_.view_names, name="view"))
         frame.attrs.update({
             "title": f"RhoTMVRKM: rho = {self.rho_:.3g} (0: sum of the view kernels, 1: their "
-                     f"tensor product), lambda = {self.lam_:.3g}",
+                     f"tensor product), lambda = {self.alpha_:.3g}",
             "bars": ["gamma", "gamma_x_dim"],
             "description": {
                 "gamma": "RBF width in exp(-gamma ||x - x'||^2) (NaN: linear kernel)",
