@@ -25,7 +25,6 @@ import arviz as az
 import numpy as np
 from sklearn import config_context
 from sklearn.svm import SVC
-from threadpoolctl import threadpool_limits
 
 from bayesmv.builder import BuiltModel
 from bayesmv.components.landmarks import MissingBlocks
@@ -35,7 +34,7 @@ from bayesmv.inference.gibbs import (
     draw_gaussian_from_precision,
     sample_lambda,
 )
-from bayesmv.inference.sample import chain_seeds, sample_pymc
+from bayesmv.inference.sample import chain_seeds, numpy_steps, sample_pymc
 
 #: above this many samples the N × N Gram matrix is not formed (memory); libsvm then
 #: evaluates the linear kernel itself from its cache
@@ -225,10 +224,10 @@ def run_hinge_gibbs(built: BuiltModel, *, draws: int, tune: int, chains: int,
         start["beta"] = rng.standard_normal(start["beta"].shape)
         initvals.append(start)
     step = HingeGibbs(list(model.value_vars), spec, model=model)
-    # numpy's and scipy's OpenBLAS pools fight over 2 cores: a (450 × 122) precision update
-    # took 4.8 ms with their default threads and 1.1 ms with one
-    # sample_pymc: per-chain streams, so bayesmv.distributed can run chains one by one
-    with threadpool_limits(limits=1, user_api="blas"):
+    # one BLAS thread: a (450 × 122) precision update took 4.8 ms with OpenBLAS's default
+    # threads on 2 cores and 1.1 ms with one; sample_pymc: per-chain streams, so
+    # bayesmv.distributed can run chains one by one
+    with numpy_steps():
         return sample_pymc(model, step=[step], draws=draws, tune=tune, chains=chains,
                            cores=cores, initvals=initvals,
                            sample_seed=sample_seed,
