@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import numbers
 import time
-import warnings
 
 import numpy as np
 import pandas as pd
@@ -151,8 +150,8 @@ class M3LAK(BaseMultiViewClassifier):
         ``concentration``; when given they take precedence, with a ``FutureWarning``.
     """
 
-    RENAMED = {"n_frequencies": "n_features", "view_loading_precision": "eta",
-               "concentration": "alpha"}
+    RENAMED = {"inference": "sampler", "n_frequencies": "n_features",
+               "view_loading_precision": "eta", "concentration": "alpha"}
 
     def __init__(
         self,
@@ -227,7 +226,7 @@ class M3LAK(BaseMultiViewClassifier):
     @property
     def _method(self) -> str:
         """The sampler: ``inference``, or the deprecated ``sampler`` when given."""
-        return self.inference if self.sampler is None else self.sampler
+        return self._param("inference")
 
     # --------------------------------------------------------------- checks
     def _validate_params(self) -> None:
@@ -241,12 +240,9 @@ class M3LAK(BaseMultiViewClassifier):
             raise ValueError(f"tune must be a non-negative integer, got {self.tune!r}")
         if not 0 < self.target_accept < 1:
             raise ValueError(f"target_accept must lie in (0, 1), got {self.target_accept!r}")
-        name = "inference" if self.sampler is None else "sampler"
         if self._method not in ("hybrid", "nuts"):
-            raise ValueError(f"{name} must be 'hybrid' or 'nuts', got {self._method!r}")
-        if self.sampler is not None:
-            warnings.warn("M3LAK(sampler=...) is deprecated; use inference=..., the name "
-                          "every bayesmv estimator uses", FutureWarning, stacklevel=3)
+            raise ValueError(f"{self._param_name('inference')} must be 'hybrid' or 'nuts', "
+                             f"got {self._method!r}")
         self._warn_renamed()
         check_nuts_sampler(self.nuts_sampler, require_installed=self._method == "nuts")
         if self.spectral not in ("dp_mixture", "gaussian"):
