@@ -23,7 +23,11 @@ from scipy.special import expit
 
 from bayesmv import M3LAK, MVLSVM, RhoTMVRKM
 from bayesmv.inference.conjugate import FeaturePosterior, KernelPosterior
-from bayesmv.inference.gibbs import DPMixtureGibbs, draw_gaussian_from_precision
+from bayesmv.inference.gibbs import (
+    DPMixtureGibbs,
+    collapsed_assignment_sweep,
+    draw_gaussian_from_precision,
+)
 from bayesmv.inference.spec import HybridSpec
 
 #: KS p-values below this fail (fixed seeds: each test is deterministic)
@@ -268,6 +272,55 @@ def _mixture_cdf(weights, dists):
     return lambda x: sum(w * d.cdf(x) for w, d in zip(weights, dists, strict=True))
 
 
+def test_collapsed_assignment_sweep_leaves_the_assignments_posterior_invariant():
+    """z ~ p(z | Ω) exactly (enumerated), one collapsed scan, and z must still follow p(z | Ω).
+
+    The reference is written independently of the scan's sequential predictive: p(z) is the
+    product of Beta-function ratios of the truncated stick-breaking prior (each
+    E[v^{n_k} (1 - v)^{T_k}] for v ~ Beta(1, α)), and each component's frequencies are
+    jointly multivariate-t per dimension with 2a₀ degrees of freedom and shape
+    (b₀/a₀)(I + 11ᵀ/κ₀) (μ ~ N(0, σ²/κ₀), σ² ~ InvGamma(a₀, b₀) integrated out).  Independent
+    starting draws make the outputs independent, so a chi-square test applies.
+    """
+    from scipy.special import betaln
+
+    rng = np.random.default_rng(21)
+    K, alpha, kappa0, a0, b0 = 3, 0.7, 2.0, 3.0, 0.8
+    Omega = np.array([[0.2, -0.1], [1.5, 0.9], [1.3, 1.2]])
+    M, m = Omega.shape
+
+    def log_prior(z):
+        n = np.bincount(z, minlength=K)
+        tail = np.cumsum(n[::-1])[::-1] - n
+        return sum(betaln(1 + n[k], alpha + tail[k]) - betaln(1, alpha) for k in range(K - 1))
+
+    def log_marginal(w):
+        if len(w) == 0:
+            return 0.0
+        shape = (b0 / a0) * (np.eye(len(w)) + 1.0 / kappa0)
+        t = stats.multivariate_t(np.zeros(len(w)), shape, df=2 * a0)
+        return sum(t.logpdf(w[:, d]) for d in range(m))
+
+    states = [np.array(z) for z in itertools.product(range(K), repeat=M)]
+    log_post = np.array([log_prior(z) + sum(log_marginal(Omega[z == k]) for k in range(K))
+                         for z in states])
+    exact = np.exp(log_post - log_post.max())
+    exact /= exact.sum()
+    assert exact.min() > 1e-3  # every state is visited often enough for the test
+
+    n = 8000
+    start = rng.choice(len(states), size=n, p=exact)
+    index = {tuple(z): i for i, z in enumerate(states)}
+    out = np.bincount([index[tuple(collapsed_assignment_sweep(Omega, states[i], K, alpha,
+                                                              kappa0, a0, b0, rng))]
+                       for i in start], minlength=len(states))
+    assert stats.chisquare(out, exact * n).pvalue > P_MIN
+    # and it moves: from every frequency in one component it reaches the others
+    moved = [collapsed_assignment_sweep(Omega, np.zeros(M, int), K, alpha, kappa0, a0, b0, rng)
+             for _ in range(200)]
+    assert len({tuple(z) for z in moved}) > 5
+
+
 def test_dp_mixture_gibbs_sweep_draws_from_its_exact_conditional():
     """One sweep from a fixed state: z_j | ω_j ∝ π_k N(ω_j; μ_k, σ²_k), then the sticks, then
     (μ_k, σ²_k) per component given z under the normal–inverse-gamma base.  With M = 2
@@ -296,7 +349,7 @@ def test_dp_mixture_gibbs_sweep_draws_from_its_exact_conditional():
     model = built.model
     step = DPMixtureGibbs([model.rvs_to_values[model[name]]
                            for name in ("dp_sticks", "dp_sigma2", "dp_mu")],
-                          spec, model=model, rng=np.random.default_rng(15))
+                          spec, collapsed_sweeps=0, model=model, rng=np.random.default_rng(15))
     n = 6000
     out = [step.step(dict(point))[0] for _ in range(n)]
     sticks = expit(np.array([o["dp_sticks_logodds__"][0] for o in out]))

@@ -19,6 +19,7 @@ import numpy as np
 from pymc.step_methods.arraystep import BlockedStep
 from pymc.step_methods.compound import Competence, StepMethodState
 from pymc.util import get_random_generator
+from scipy.special import gammaln
 from threadpoolctl import threadpool_limits
 
 from bayesmv.components.features import diagonal_gaussian_component_logp, fourier_features
@@ -364,6 +365,65 @@ def draw_assignments(Omega, weights, mu, sigma2, rng) -> np.ndarray:
     return np.argmax(logits + rng.gumbel(size=logits.shape), axis=1)
 
 
+def stick_predictive_log_weights(counts: np.ndarray, alpha: float) -> np.ndarray:
+    """log p(z_new = k | counts) under truncated stick-breaking with the sticks integrated
+    out: ``E[v_k] Π_{l<k} E[1 - v_l]`` with v_l | z ~ Beta(1 + n_l, α + Σ_{m>l} n_m) and the
+    last stick v_K = 1 (Ishwaran & James 2001, the generalised Pólya urn)."""
+    tail = np.cumsum(counts[::-1])[::-1] - counts
+    log_total = np.log(1.0 + alpha + counts + tail)
+    log_v = np.log1p(counts) - log_total
+    log_v[-1] = 0.0
+    log_rest = np.log(alpha + tail[:-1]) - log_total[:-1]
+    return log_v + np.concatenate([[0.0], np.cumsum(log_rest)])
+
+
+def collapsed_assignment_sweep(Omega, z, K, alpha, kappa0, a0, b0, rng) -> np.ndarray:
+    """One systematic scan of ``z_j | z_{-j}, Ω`` with the sticks and every component's
+    (μ, σ²) integrated out (Neal 2000, algorithm 3, for truncated stick-breaking).
+
+    A frequency may join an empty component with probability ∝ its stick weight times the
+    base measure's predictive density, instead of needing a prior draw of (μ_k, σ²_k) that
+    happens to sit near it, so the number of occupied components moves by single steps.  Each
+    update is an exact conditional of ``p(z | Ω)``, so the scan leaves it invariant.
+
+    The predictive density of ω_j in component k is the ratio of the normal–inverse-gamma
+    marginals with and without it; per dimension that marginal is, up to factors common to
+    every component, ``Γ(a_n) b_n^{-a_n} κ_n^{-1/2}`` with κ_n, a_n, b_n of
+    :func:`nig_conditional`.
+    """
+    M, m = Omega.shape
+    z = np.array(z, copy=True)
+    n, S, Q = _component_sums(Omega, z, K)
+    n = n[:, 0].astype(np.int64)
+    # the marginal's count-only factors, tabulated by n
+    counts = np.arange(M + 2)
+    count_term = m * (gammaln(a0 + 0.5 * counts) - 0.5 * np.log(kappa0 + counts))
+    a_n = a0 + 0.5 * counts
+
+    def log_b(n, S, Q):
+        kn = (kappa0 + n)[..., None]
+        return np.log(b0 + 0.5 * np.maximum(Q - S**2 / kn, 0.0)).sum(axis=-1)
+
+    sum_log_b = log_b(n, S, Q)
+    gumbel = rng.gumbel(size=(M, K))
+    for j, w in enumerate(Omega):
+        k = z[j]
+        n[k] -= 1
+        S[k] -= w
+        Q[k] -= w**2
+        sum_log_b[k] = log_b(n[k], S[k], Q[k])
+        gain = (count_term[n + 1] - count_term[n] - a_n[n + 1] * log_b(n + 1, S + w, Q + w**2)
+                + a_n[n] * sum_log_b)
+        k = int(np.argmax(stick_predictive_log_weights(n.astype(float), alpha) + gain
+                          + gumbel[j]))
+        z[j] = k
+        n[k] += 1
+        S[k] += w
+        Q[k] += w**2
+        sum_log_b[k] = log_b(n[k], S[k], Q[k])
+    return z
+
+
 def draw_components(Omega, z, K, kappa0, a0, b0, rng) -> tuple[np.ndarray, np.ndarray]:
     """(μ, σ²) | Ω, z from the normal–inverse-gamma conditional."""
     mean, kn, an, bn = nig_conditional(Omega, z, K, kappa0, a0, b0)
@@ -376,9 +436,21 @@ class DPMixtureGibbs(GibbsBlockStep):
 
     z_j | Ω, π, μ, σ² (categorical), then sticks | z (Beta), then (μ_k, σ²_k) | Ω, z
     (normal–inverse-gamma per dimension); z is discarded afterwards.
+
+    ``collapsed_sweeps`` scans of :func:`collapsed_assignment_sweep` may follow the first
+    draw of z (before the sticks and components are redrawn given z).  Off by default: on
+    the breast-cancer views (4 × (500 + 2000), sampler seed 11) one scan doubled the effective
+    sample size of the number of occupied components (688 → 1258) but not that of ||Ω||
+    (278 → 283) or of the decision values, for 17 % more time; on the synthetic xor task the
+    bandwidth stayed as metastable (f max R-hat 1.097 with it, 1.087 without, 4 × (300 + 600)).
+    The frequencies' slow direction is their own, not their components' occupancy.
     """
 
     stats_dtypes_shapes = {"n_active_components": (int, [])}
+
+    def __init__(self, vars, spec, collapsed_sweeps: int = 0, **kwargs):
+        super().__init__(vars, spec, **kwargs)
+        self.collapsed_sweeps = int(collapsed_sweeps)
 
     def step(self, point):
         s, nat, rng = self.spec, self.spec.natural(point), self.rng
@@ -386,8 +458,11 @@ class DPMixtureGibbs(GibbsBlockStep):
         Omega = nat["Omega"]
         K, m = sp.n_components, Omega.shape[1]
         z = draw_assignments(Omega, nat["dp_weights"], nat["dp_mu"], nat["dp_sigma2"], rng)
+        alpha = sp._param("concentration")
+        for _ in range(self.collapsed_sweeps):
+            z = collapsed_assignment_sweep(Omega, z, K, alpha, sp.kappa0, sp.a0, sp.b0(m), rng)
         counts = np.bincount(z, minlength=K)
-        sticks = rng.beta(*stick_conditional(counts, sp._param("concentration")))
+        sticks = rng.beta(*stick_conditional(counts, alpha))
         mu, sigma2 = draw_components(Omega, z, K, sp.kappa0, sp.a0, sp.b0(m), rng)
         new = dict(point)
         new["dp_sticks_logodds__"] = s.encode_unit(sticks)
