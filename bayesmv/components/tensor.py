@@ -16,7 +16,10 @@ The bias ``b_t`` has the paper's flat prior, in the graph a
 
 from __future__ import annotations
 
+import numbers
+import operator
 from collections.abc import Sequence
+from functools import reduce
 
 import numpy as np
 import pymc as pm
@@ -40,28 +43,27 @@ def tau_of(rho: float, n_views: int) -> float:
     return (1.0 - rho) * n_views + rho
 
 
-def combine_kernels(grams: Sequence[np.ndarray], rho: float) -> np.ndarray:
-    """``K_ϱ = (1-ϱ) Σ_v K_v + ϱ ⊙_v K_v`` (accumulated in place: no V × N × N stack)."""
-    total = np.array(grams[0], dtype=float, copy=True)
-    for K in grams[1:]:
-        total += K
-    if rho == 0.0:
+def mix_sum_and_product(total, prod, rho):
+    """``(1-ϱ) Σ + ϱ ⊙``: the ϱ-tensor rule applied to the views' sum and product (kernels,
+    or decision values read off them), for NumPy arrays and PyTensor tensors alike."""
+    return (1.0 - rho) * total + rho * prod
+
+
+def combine_kernels(grams: Sequence, rho) -> np.ndarray | pt.TensorVariable:
+    """``K_ϱ = (1-ϱ) Σ_v K_v + ϱ ⊙_v K_v`` of NumPy Gram matrices or PyTensor kernels (the
+    graph's and the solvers' one definition)."""
+    total = reduce(operator.add, grams)
+    if len(grams) == 1 or (isinstance(rho, numbers.Real) and rho == 0.0):
         return total
-    prod = np.array(grams[0], dtype=float, copy=True)
-    for K in grams[1:]:
-        prod *= K
-    total *= 1.0 - rho
-    prod *= rho
-    total += prod
-    return total
+    return mix_sum_and_product(total, reduce(operator.mul, grams), rho)
 
 
-def feature_design(per_view: Sequence[np.ndarray], joint: np.ndarray, rho: float, eta: float
-                   ) -> np.ndarray:
-    """``Ψ = [√(1-ϱ) Φ_1, …, √(1-ϱ) Φ_V, √ϱ Φ_×] / (τ √η)`` (NumPy)."""
+def feature_design(per_view: Sequence, joint, rho, eta: float):
+    """``Ψ = [√(1-ϱ) Φ_1, …, √(1-ϱ) Φ_V, √ϱ Φ_×] / (τ √η)``, NumPy or PyTensor blocks."""
     tau = tau_of(rho, len(per_view))
-    blocks = [np.sqrt(1.0 - rho) * B for B in per_view] + [np.sqrt(rho) * joint]
-    return np.concatenate(blocks, axis=1) / (tau * np.sqrt(eta))
+    concatenate = pt.concatenate if isinstance(joint, pt.Variable) else np.concatenate
+    blocks = [(1.0 - rho) ** 0.5 * B for B in per_view] + [rho**0.5 * joint]
+    return concatenate(blocks, axis=1) / (tau * np.sqrt(eta))
 
 
 class RhoTensorCombiner(Component):
@@ -87,18 +89,15 @@ class RhoTensorCombiner(Component):
         rho = self.rho if self.rho is not None else pm.Uniform("rho", 0.0, 1.0)
         bias = WideFlat("b", dims="task")
         if isinstance(kernels, ViewFeatures):  # random features: per-view and product blocks
-            per_view, joint = kernels.tensors, kernels.product
-            tau = tau_of(rho, len(per_view))
-            Psi = pt.concatenate([pt.sqrt(1.0 - rho) * B for B in per_view]
-                                 + [pt.sqrt(rho) * joint], axis=1) / (tau * np.sqrt(self.eta))
+            Psi = feature_design(kernels.tensors, kernels.product, rho, self.eta)
             ctx.add_coord("weight", int(Psi.shape[1].eval()))
             theta = pm.Normal("theta", 0.0, 1.0, dims=("task", "weight"))
             f = pm.Deterministic("f", Psi @ theta.T + bias, dims=("sample", "task"))
-            return LatentGaussian(mean=f, cov=None, noise_factor=tau**-2)
-        n_views = len(kernels)
-        tau = tau_of(rho, n_views)
-        K = (1.0 - rho) * pt.add(*kernels) + rho * pt.mul(*kernels) if n_views > 1 else kernels[0]
-        return LatentGaussian(mean=bias, cov=K / (self.eta * tau**2), noise_factor=tau**-2)
+            return LatentGaussian(mean=f, cov=None,
+                                  noise_factor=tau_of(rho, len(kernels.tensors)) ** -2)
+        tau = tau_of(rho, len(kernels))
+        return LatentGaussian(mean=bias, cov=combine_kernels(kernels, rho) / (self.eta * tau**2),
+                              noise_factor=tau**-2)
 
     def initial_values(self, ctx: BuildContext, rng=None) -> dict[str, np.ndarray]:
         out = {"b": np.zeros(ctx.n_tasks)}

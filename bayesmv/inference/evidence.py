@@ -53,7 +53,7 @@ from scipy import linalg, optimize
 from scipy.special import expit, logit
 
 from bayesmv.components.kernels import GAMMA_RANGE, squared_distances
-from bayesmv.components.tensor import combine_kernels, tau_of
+from bayesmv.components.tensor import combine_kernels, mix_sum_and_product, tau_of
 from bayesmv.inference.conjugate import (
     KernelPosterior,
     NumericalWarning,
@@ -163,7 +163,7 @@ class RhoTensorEvidence(_ViewGrams):
         prod = np.prod(Ks, axis=0)
         total = np.sum(Ks, axis=0)
         scale = 1.0 / (self.eta * tau**2)
-        C = ((1.0 - rho) * total + rho * prod) * scale
+        C = mix_sum_and_product(total, prod, rho) * scale
         C[np.diag_indices(N)] += lam / tau**2
         L = cholesky_with_jitter(C, "the marginal likelihood's covariance")
         Ci = linalg.cho_solve((L, True), np.eye(N))
@@ -177,7 +177,7 @@ class RhoTensorEvidence(_ViewGrams):
         M = T * (Ci - np.outer(Ci1, Ci1) / s) - PY @ PY.T  # ∂nll = ½ Σ M ∘ ∂C
         grad = []
         for v in self.free_gamma:
-            dC = -gammas[v] * self.base[v] * ((1.0 - rho) * Ks[v] + rho * prod) * scale
+            dC = -gammas[v] * self.base[v] * mix_sum_and_product(Ks[v], prod, rho) * scale
             grad.append(0.5 * float(np.sum(M * dC)))
         if self.fixed_lam is None:
             grad.append(0.5 * float(np.trace(M)) * lam / tau**2)

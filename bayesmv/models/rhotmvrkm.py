@@ -32,6 +32,7 @@ from bayesmv.components.tensor import (
     RhoTensorCombiner,
     combine_kernels,
     feature_design,
+    mix_sum_and_product,
     tau_of,
 )
 from bayesmv.data import MultiViewData, ViewStandardizer, label_tasks
@@ -618,7 +619,7 @@ class RhoTMVRKM(BaseMultiViewClassifier):
         sums = sum(B @ uv for B, uv in zip(per_view, u, strict=True))
         if self.decision_rule == "mean":
             return sums / (self.eta * V) + bias
-        return ((1.0 - rho) * sums + rho * joint @ fit["u_product"].values) / self.eta + bias
+        return mix_sum_and_product(sums, joint @ fit["u_product"].values, rho) / self.eta + bias
 
     def _kernel_posterior(self) -> KernelPosterior:
         """The training system's factorisation (kept from ``fit``; recomputed once after
