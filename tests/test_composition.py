@@ -351,3 +351,12 @@ def test_random_state_is_a_deprecated_alias_of_random_seed_in_components():
         state = NystromFeatures(0.3, random_state=4).fit_state(data)
     np.testing.assert_array_equal(state.subset,
                                   NystromFeatures(0.3, random_seed=4).fit_state(data).subset)
+    # random features: the same base, and one warning for one build
+    old_rff = ViewRandomFeatures(4, ["rbf", "rbf"], [0.1, 0.1], random_state=4)
+    new_rff = ViewRandomFeatures(4, ["rbf", "rbf"], [0.1, 0.1], random_seed=4)
+    for a, b in zip(old_rff.draw_base([3, 3]), new_rff.draw_base([3, 3]), strict=True):
+        np.testing.assert_array_equal(a, b)
+    builder = ModelBuilder(None, old_rff, RhoTensorCombiner(0.5), GaussianLikelihood())
+    with pytest.warns(FutureWarning, match="use random_seed") as record:
+        builder.build(data, np.where(np.arange(30) % 2, 1.0, -1.0)[:, None])
+    assert len([w for w in record if issubclass(w.category, FutureWarning)]) == 1

@@ -16,7 +16,6 @@ work on every graph.
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -157,18 +156,6 @@ class Component(RenamedParameters, BaseEstimator):
     def initial_values(self, ctx: BuildContext, rng: np.random.Generator
                        ) -> dict[str, np.ndarray]:
         return {}
-
-
-def component_seed(component: Component) -> Any:
-    """A component's ``random_seed``, or its deprecated ``random_state`` when that is given
-    (with a ``FutureWarning``): bayesmv names seeds ``random_seed`` everywhere, as PyMC does."""
-    legacy = getattr(component, "random_state", None)
-    if legacy is not None:
-        warnings.warn(f"{type(component).__name__}(random_state=...) is deprecated; use "
-                      "random_seed=..., the name every bayesmv estimator and component uses",
-                      FutureWarning, stacklevel=3)
-        return legacy
-    return component.random_seed
 
 
 class Identity(Component):

@@ -34,7 +34,6 @@ from bayesmv.components.base import (
     BuildContext,
     Component,
     ViewFeatures,
-    component_seed,
 )
 from bayesmv.components.linear import fill_missing, publish_view_features
 from bayesmv.data import MultiViewData
@@ -135,7 +134,7 @@ class ViewRandomFeatures(Component):
     consumes = (VIEWS,)
     produces = VIEW_FEATURES
     provides = frozenset({FIXED, PRODUCT_BLOCK})
-    RENAMED = {"n_frequencies": "n_features"}
+    RENAMED = {"n_frequencies": "n_features", "random_seed": "random_state"}
 
     def __init__(self, n_frequencies: int, kernels: Sequence[str], gammas: Sequence[float],
                  base: Sequence[np.ndarray] | None = None, random_seed: int | None = None,
@@ -150,10 +149,11 @@ class ViewRandomFeatures(Component):
 
     def draw_base(self, view_sizes: Sequence[int]) -> list[np.ndarray]:
         """``base`` when given, else standard normals drawn from ``random_seed`` (the same
-        ones for the same seed; the component is not changed)."""
+        ones for the same seed; the component is not changed).  ``build`` warns of a
+        deprecated ``random_state``; this helper reads it silently."""
         if self.base is not None:
             return [np.asarray(b, dtype=float) for b in self.base]
-        rng = np.random.default_rng(component_seed(self))
+        rng = np.random.default_rng(self._param("random_seed"))
         return [rng.standard_normal((int(self._param("n_frequencies")), D)) for D in view_sizes]
 
     def blocks(self, views: Sequence[np.ndarray], base: Sequence[np.ndarray] | None = None

@@ -48,7 +48,6 @@ from bayesmv.components.base import (
     BuildContext,
     Component,
     ViewFeatures,
-    component_seed,
 )
 from bayesmv.components.linear import publish_view_features
 from bayesmv.data import MultiViewData
@@ -164,6 +163,7 @@ class LandmarkFeatures(Component):
 
     consumes = (VIEWS,)
     produces = VIEW_FEATURES
+    RENAMED = {"random_seed": "random_state"}
 
     @property
     def provides(self) -> frozenset[str]:  # type: ignore[override]
@@ -204,6 +204,7 @@ class LandmarkFeatures(Component):
     def fit(self, data: MultiViewData) -> LandmarkFeatures:
         """Draw the landmarks from the complete rows of ``data`` (and fit the imputer)."""
         self.validate()
+        self._warn_renamed()
         gamma = _check_gamma(self.gamma, data.view_sizes)
         complete = np.flatnonzero(data.observed.all(axis=1))
         if complete.size == 0:
@@ -215,7 +216,7 @@ class LandmarkFeatures(Component):
                           f"view; using all {complete.size} of them as landmarks", UserWarning,
                           stacklevel=2)
             L = complete.size
-        rng = np.random.default_rng(component_seed(self))
+        rng = np.random.default_rng(self._param("random_seed"))
         indices = np.sort(rng.choice(complete, size=L, replace=False))
         self.set_landmarks(indices, tuple(X[indices] for X in data.views), gamma)
         if self.impute == "bayes":

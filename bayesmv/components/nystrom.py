@@ -32,7 +32,6 @@ from bayesmv.components.base import (
     BuildContext,
     Component,
     ViewFeatures,
-    component_seed,
 )
 from bayesmv.components.linear import publish_view_features
 from bayesmv.data import MultiViewData
@@ -214,6 +213,7 @@ class NystromFeatures(Component):
     consumes = (VIEWS,)
     produces = VIEW_FEATURES
     provides = frozenset({FIXED})
+    RENAMED = {"random_seed": "random_state"}
 
     def __init__(self, nystrom: float | int = 0.25, kernel: str | Sequence[str] = "rbf",
                  gamma: float | Sequence[float] | None = None, rcond: float = 1e-10,
@@ -247,6 +247,7 @@ class NystromFeatures(Component):
 
     def fit_state(self, data: MultiViewData) -> NystromState:
         """Choose S, factor every ``W_v`` once and return the fitted :class:`NystromState`."""
+        self._warn_renamed()
         check_complete_views(data)
         n = data.n_samples
         kernels, gammas = self.check_params(data.n_views)
@@ -260,7 +261,7 @@ class NystromFeatures(Component):
             subset = subset.astype(np.intp)
         else:
             r = n_landmarks(self.nystrom, n)
-            rng = np.random.default_rng(component_seed(self))
+            rng = np.random.default_rng(self._param("random_seed"))
             subset = np.sort(rng.choice(n, size=r, replace=False)).astype(np.intp)
         landmarks, whiteners, eigs, used_gamma = [], [], [], []
         for v, X in enumerate(data.views):
