@@ -52,7 +52,7 @@ from bayesmv.components.linear import concatenated
 from bayesmv.linalg import psd_factor
 from bayesmv.params import check_positive
 
-__all__ = ["BlockMetricCombiner", "MetricProblem", "initial_metric"]
+__all__ = ["BlockMetricCombiner", "MetricProblem", "block_group_norm", "initial_metric"]
 
 #: the choices of the metric (``learn_A``) and of the reading of the g-term (``objective``)
 LEARN_A = ("full", "sparse", "identity", "cov")
@@ -123,6 +123,19 @@ class MetricProblem:
 
     def Z(self, w: np.ndarray) -> np.ndarray:
         return self.U * self.feature_weights(w)
+
+
+def block_group_norm(A, sizes: tuple[int, ...]):
+    """``Σ_{u ≤ v} ||A_uv||_F``, every block of the symmetric A counted once: MVML's sparse
+    metric penalty (without η), over the last two axes of a NumPy array (the solver) or a
+    PyTensor tensor (the graph, one value per task)."""
+    edges = np.concatenate([[0], np.cumsum(sizes)])
+    total = 0.0
+    for u in range(len(sizes)):
+        for v in range(u, len(sizes)):
+            block = A[..., edges[u]:edges[u + 1], edges[v]:edges[v + 1]]
+            total = total + (block**2).sum(axis=(-2, -1)) ** 0.5
+    return total
 
 
 def initial_metric(problem: MetricProblem, learn_A: str) -> np.ndarray:
@@ -234,13 +247,8 @@ class BlockMetricCombiner(Component):
             if self.learn_A == "full":
                 pm.Potential("A_prior", -self._param("metric_penalty") * pt.sum(A**2))
             else:
-                edges = np.concatenate([[0], np.cumsum(sizes)])
-                terms = []
-                for u in range(V):
-                    for v in range(u, V):
-                        blk = A[:, edges[u]:edges[u + 1], edges[v]:edges[v + 1]]
-                        terms.append(pt.sqrt(pt.sum(blk**2, axis=(1, 2))))
-                pm.Potential("A_prior", -self._param("metric_penalty") * pt.sum(pt.stack(terms)))
+                pm.Potential("A_prior",
+                             -self._param("metric_penalty") * pt.sum(block_group_norm(A, sizes)))
         else:
             # the training rows' metric (MVML_Cov's depends on the features), also on new rows
             A_np = ctx.fitted_state("fixed_metric",

@@ -50,7 +50,13 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import linalg, optimize
 
-from bayesmv.components.metric import LEARN_A, OBJECTIVES, MetricProblem, initial_metric
+from bayesmv.components.metric import (
+    LEARN_A,
+    OBJECTIVES,
+    MetricProblem,
+    block_group_norm,
+    initial_metric,
+)
 from bayesmv.linalg import psd_factor, try_cholesky_upper
 
 __all__ = [
@@ -116,11 +122,6 @@ def block_norms(A: np.ndarray, sizes: tuple[int, ...]) -> np.ndarray:
         for v in range(V):
             out[u, v] = np.linalg.norm(A[edges[u]:edges[u + 1], edges[v]:edges[v + 1]])
     return out
-
-
-def block_group_norm(A: np.ndarray, sizes: tuple[int, ...]) -> float:
-    """``Σ_{u ≤ v} ||A_uv||_F``: every block of the symmetric A counted once."""
-    return float(np.sum(np.triu(block_norms(A, sizes))))
 
 
 def _block_soft_threshold(A: np.ndarray, sizes: tuple[int, ...], thresh: float) -> np.ndarray:
