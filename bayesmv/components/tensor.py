@@ -53,6 +53,8 @@ def combine_kernels(grams: Sequence, rho) -> np.ndarray | pt.TensorVariable:
     """``K_ϱ = (1-ϱ) Σ_v K_v + ϱ ⊙_v K_v`` of NumPy Gram matrices or PyTensor kernels (the
     graph's and the solvers' one definition)."""
     total = reduce(operator.add, grams)
+    if len(grams) == 1 and isinstance(total, np.ndarray):
+        return np.array(total, dtype=float, copy=True)  # never the caller's (cached) Gram
     if len(grams) == 1 or (isinstance(rho, numbers.Real) and rho == 0.0):
         return total
     return mix_sum_and_product(total, reduce(operator.mul, grams), rho)
@@ -61,9 +63,9 @@ def combine_kernels(grams: Sequence, rho) -> np.ndarray | pt.TensorVariable:
 def feature_design(per_view: Sequence, joint, rho, eta: float):
     """``Ψ = [√(1-ϱ) Φ_1, …, √(1-ϱ) Φ_V, √ϱ Φ_×] / (τ √η)``, NumPy or PyTensor blocks."""
     tau = tau_of(rho, len(per_view))
-    concatenate = pt.concatenate if isinstance(joint, pt.Variable) else np.concatenate
-    blocks = [(1.0 - rho) ** 0.5 * B for B in per_view] + [rho**0.5 * joint]
-    return concatenate(blocks, axis=1) / (tau * np.sqrt(eta))
+    xp = pt if isinstance(joint, pt.Variable) else np
+    blocks = [xp.sqrt(1.0 - rho) * B for B in per_view] + [xp.sqrt(rho) * joint]
+    return xp.concatenate(blocks, axis=1) / (tau * np.sqrt(eta))
 
 
 class RhoTensorCombiner(Component):
