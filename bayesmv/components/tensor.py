@@ -53,9 +53,9 @@ def combine_kernels(grams: Sequence, rho) -> np.ndarray | pt.TensorVariable:
     """``K_ϱ = (1-ϱ) Σ_v K_v + ϱ ⊙_v K_v`` of NumPy Gram matrices or PyTensor kernels (the
     graph's and the solvers' one definition)."""
     total = reduce(operator.add, grams)
-    if len(grams) == 1 and isinstance(total, np.ndarray):
-        return np.array(total, dtype=float, copy=True)  # never the caller's (cached) Gram
-    if len(grams) == 1 or (isinstance(rho, numbers.Real) and rho == 0.0):
+    if len(grams) == 1:  # a NumPy Gram is copied: never hand back the caller's (cached) one
+        return np.array(total, dtype=float, copy=True) if isinstance(total, np.ndarray) else total
+    if isinstance(rho, numbers.Real) and rho == 0.0:
         return total
     return mix_sum_and_product(total, reduce(operator.mul, grams), rho)
 

@@ -342,8 +342,13 @@ def nig_conditional(Omega, z, K, kappa0, a0, b0):
     n, S, Q = _component_sums(Omega, z, K)
     kn = kappa0 + n
     an = a0 + 0.5 * n
-    bn = b0 + 0.5 * np.maximum(Q - S**2 / kn, 0.0)
-    return S / kn, kn * np.ones((1, m)), an * np.ones((1, m)), bn
+    return S / kn, kn * np.ones((1, m)), an * np.ones((1, m)), _nig_scale(S, Q, kn, b0)
+
+
+def _nig_scale(S, Q, kn, b0) -> np.ndarray:
+    """The normal–inverse-gamma posterior's ``b_n = b₀ + ½(Q - S²/κ_n)`` from a component's
+    sum S and sum of squares Q (``κ_n`` broadcast against them)."""
+    return b0 + 0.5 * np.maximum(Q - S**2 / kn, 0.0)
 
 
 def collapsed_frequency_prior(Omega, z, K, kappa0, a0, b0) -> tuple[float, np.ndarray]:
@@ -369,12 +374,10 @@ def stick_predictive_log_weights(counts: np.ndarray, alpha: float) -> np.ndarray
     """log p(z_new = k | counts) under truncated stick-breaking with the sticks integrated
     out: ``E[v_k] Π_{l<k} E[1 - v_l]`` with v_l | z ~ Beta(1 + n_l, α + Σ_{m>l} n_m) and the
     last stick v_K = 1 (Ishwaran & James 2001, the generalised Pólya urn)."""
-    tail = np.cumsum(counts[::-1])[::-1] - counts
-    log_total = np.log(1.0 + alpha + counts + tail)
-    log_v = np.log1p(counts) - log_total
-    log_v[-1] = 0.0
-    log_rest = np.log(alpha + tail[:-1]) - log_total[:-1]
-    return log_v + np.concatenate([[0.0], np.cumsum(log_rest)])
+    a, b = stick_conditional(counts, alpha)  # the Beta parameters of the first K - 1 sticks
+    log_total = np.log(a + b)
+    log_v = np.concatenate([np.log(a) - log_total, [0.0]])
+    return log_v + np.concatenate([[0.0], np.cumsum(np.log(b) - log_total)])
 
 
 def collapsed_assignment_sweep(Omega, z, K, alpha, kappa0, a0, b0, rng) -> np.ndarray:
@@ -401,8 +404,7 @@ def collapsed_assignment_sweep(Omega, z, K, alpha, kappa0, a0, b0, rng) -> np.nd
     a_n = a0 + 0.5 * counts
 
     def log_b(n, S, Q):
-        kn = (kappa0 + n)[..., None]
-        return np.log(b0 + 0.5 * np.maximum(Q - S**2 / kn, 0.0)).sum(axis=-1)
+        return np.log(_nig_scale(S, Q, (kappa0 + n)[..., None], b0)).sum(axis=-1)
 
     sum_log_b = log_b(n, S, Q)
     gumbel = rng.gumbel(size=(M, K))
