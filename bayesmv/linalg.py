@@ -6,6 +6,8 @@ the hybrid sampler factorises and solves small systems tens of thousands of time
 10–20 µs, ten times the LAPACK work itself on a 10 × 10 system; these call the same LAPACK
 routines (``potrf``, ``potrs``, ``trtrs``), so the results are the same to the bit.  Inputs
 are assumed finite and two-dimensional where a matrix is expected (the samplers build them).
+A float32 matrix is factorised and solved in single precision (the ``s`` routines: the HMC
+steps' leapfrog forces, where rounding only changes the proposal), anything else in double.
 
 Square roots of symmetric positive semi-definite matrices (:func:`psd_factor`), for the block
 metric of MVML (its graph component and its NumPy solvers alike).
@@ -15,7 +17,21 @@ from __future__ import annotations
 
 import numpy as np
 from scipy import linalg
-from scipy.linalg import LinAlgError, lapack
+from scipy.linalg import LinAlgError, blas, lapack
+
+#: the single- and double-precision routines, by the dtype character of the matrix
+_SINGLE, _DOUBLE = "f", "d"
+_ROUTINES = {
+    _SINGLE: {"potrf": lapack.spotrf, "potrs": lapack.spotrs, "trtrs": lapack.strtrs,
+              "syrk": blas.ssyrk},
+    _DOUBLE: {"potrf": lapack.dpotrf, "potrs": lapack.dpotrs, "trtrs": lapack.dtrtrs,
+              "syrk": blas.dsyrk},
+}
+
+
+def _routine(name: str, A: np.ndarray):
+    """LAPACK / BLAS ``name`` in A's precision (single for float32, else double)."""
+    return _ROUTINES[_SINGLE if A.dtype == np.float32 else _DOUBLE][name]
 
 
 def _check(info: int, routine: str, failure: str) -> None:
@@ -28,22 +44,45 @@ def _check(info: int, routine: str, failure: str) -> None:
 
 
 def cholesky_lower(A: np.ndarray) -> np.ndarray:
-    """Lower Cholesky factor L of a symmetric positive-definite A (``A = L Lᵀ``)."""
-    L, info = lapack.dpotrf(A, lower=1, clean=1)
+    """Lower Cholesky factor L of a symmetric positive-definite A (``A = L Lᵀ``); only A's
+    lower triangle is read."""
+    L, info = _routine("potrf", A)(A, lower=1, clean=1)
+    _check(info, "potrf", "the matrix is not positive definite")
+    return L
+
+
+def weighted_gram_cholesky(X: np.ndarray, weights: np.ndarray, ridge) -> np.ndarray:
+    """Lower Cholesky factor of ``Xᵀ diag(weights) X + diag(ridge)`` (weights ≥ 0).
+
+    Only the lower triangle of the Gram matrix is formed (BLAS ``syrk``: half the work of
+    ``Xᵀ (w X)``), in X's precision.  A float32 Gram that rounding leaves not positive
+    definite is formed again in double precision, so the factor is a deterministic function
+    of the inputs either way.
+    """
+    B = X * np.sqrt(weights)[:, None]
+    # Bᵀ of a C-ordered B is Fortran-ordered: syrk reads it without a copy
+    A = _routine("syrk", B)(1.0, B.T, lower=1)
+    np.einsum("ii->i", A)[...] += ridge
+    L, info = _routine("potrf", A)(A, lower=1, clean=1, overwrite_a=1)
+    if info > 0 and A.dtype == np.float32:
+        return weighted_gram_cholesky(X.astype(np.float64), np.asarray(weights, np.float64),
+                                      ridge)
     _check(info, "potrf", "the matrix is not positive definite")
     return L
 
 
 def cho_solve_lower(L: np.ndarray, B: np.ndarray) -> np.ndarray:
-    """``A⁻¹ B`` given A's lower Cholesky factor L (B a vector or a matrix of columns)."""
-    X, info = lapack.dpotrs(L, B, lower=1)
+    """``A⁻¹ B`` given A's lower Cholesky factor L (B a vector or a matrix of columns), in
+    L's precision."""
+    X, info = _routine("potrs", L)(L, B, lower=1)
     _check(info, "potrs", "the factor is singular")
     return X
 
 
 def solve_lower(L: np.ndarray, B: np.ndarray, *, transposed: bool = False) -> np.ndarray:
-    """``L⁻¹ B`` for a lower-triangular L, or ``L⁻ᵀ B`` with ``transposed``."""
-    X, info = lapack.dtrtrs(L, B, lower=1, trans=int(transposed))
+    """``L⁻¹ B`` for a lower-triangular L, or ``L⁻ᵀ B`` with ``transposed``, in L's
+    precision."""
+    X, info = _routine("trtrs", L)(L, B, lower=1, trans=int(transposed))
     _check(info, "trtrs", "singular matrix")
     return X
 

@@ -304,3 +304,52 @@ def test_latent_gaussian_factor_is_the_factor_analysis_posterior_in_several_dime
         L = chols[pattern.reshape(-1)[n]]
         np.testing.assert_allclose(L @ L.T, P, rtol=1e-12)
         np.testing.assert_allclose(mean[n], np.linalg.solve(P, linear), rtol=1e-10, atol=1e-14)
+
+
+class _SinglePrecisionForcesTarget:
+    """A correlated Gaussian whose float32 gradient differs from the exact one by rounding,
+    as the HMC targets' float32 leapfrog forces do."""
+
+    def __init__(self, precision: np.ndarray) -> None:
+        self.precision = precision
+
+    def logp_grad(self, x: np.ndarray, dtype=np.float64):
+        P, xd = self.precision.astype(dtype), x.astype(dtype)
+        return -0.5 * float(x @ self.precision @ x), (-(P @ xd)).astype(np.float64)
+
+
+def test_leapfrog_with_single_precision_forces_is_exactly_reversible():
+    """HMC's Metropolis test is exact only for a reversible, volume-preserving proposal: run
+    the trajectory back from its end with the momentum flipped and it must return to its
+    start to double-precision rounding, though its inner forces are rounded to float32."""
+    from types import SimpleNamespace
+
+    import pymc as pm
+
+    rng = np.random.default_rng(0)
+    G = rng.standard_normal((5, 5))
+    target = _SinglePrecisionForcesTarget(G @ G.T + np.eye(5))
+    with pm.Model() as model:  # a step method is made on a model's variables
+        x = pm.Normal("x", shape=5)
+    # the leapfrog shared by the HMC steps, run on the toy target
+    step = LatentHMC([model.rvs_to_values[x]], None, model=model, rng=np.random.default_rng(1))
+    x0 = rng.standard_normal(5)
+    x1, p0, p1, lp0, lp1 = step._leapfrog(target, x0, 0.05, 12)
+    assert lp0 == target.logp_grad(x0)[0] and lp1 == target.logp_grad(x1)[0]
+    step.rng = SimpleNamespace(standard_normal=lambda shape: -p1)
+    x_back, _, p_back, _, _ = step._leapfrog(target, x1, 0.05, 12)
+    np.testing.assert_allclose(x_back, x0, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(p_back, -p0, rtol=0, atol=1e-12)
+
+
+def test_float32_phases_give_float32_features():
+    """The leapfrog forces' float32 algebra starts from the features: a float64 constant in
+    the map would promote them and silently run the forces in double."""
+    from bayesmv.components.features import fourier_features_of_phases
+
+    S = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
+    Phi = fourier_features_of_phases(np.cos(S), np.sin(S))
+    assert Phi.dtype == np.float32
+    np.testing.assert_allclose(
+        Phi, np.concatenate([np.cos(S), np.sin(S), np.full((4, 1), np.sqrt(3))], 1) / np.sqrt(3),
+        rtol=1e-6)

@@ -18,6 +18,8 @@ density, its base measure is conjugate per dimension, and it costs K·m instead 
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
@@ -47,8 +49,10 @@ def fourier_features_of_phases(cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
     """``φ̃ = [cos S, sin S, √M]/√M`` from the cosines and sines of the phases ``S = Z Ωᵀ``
     (for callers that need them again, e.g. for a gradient)."""
     M = cos.shape[1]
-    bias = np.full((cos.shape[0], 1), np.sqrt(M), dtype=cos.dtype)
-    return np.concatenate([cos, sin, bias], axis=1) / np.sqrt(M)
+    # a Python float, not np.sqrt's float64 scalar, which would promote float32 phases
+    root = math.sqrt(M)
+    bias = np.full((cos.shape[0], 1), root, dtype=cos.dtype)
+    return np.concatenate([cos, sin, bias], axis=1) / root
 
 
 def stick_breaking_weights(sticks: np.ndarray) -> np.ndarray:

@@ -24,7 +24,7 @@ from threadpoolctl import threadpool_limits
 
 from bayesmv.components.features import diagonal_gaussian_component_logp, fourier_features
 from bayesmv.inference.slice import slice_sample_independent
-from bayesmv.linalg import cho_solve_lower, cholesky_lower, solve_lower
+from bayesmv.linalg import cho_solve_lower, solve_lower, weighted_gram_cholesky
 
 #: below this |a| the GIG(1/2, 1, a²) conditional of λ is its a → 0 limit Gamma(1/2, rate 1/2)
 _TINY_MARGIN = 1e-10
@@ -53,14 +53,14 @@ def sample_lambda(a: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 
 def beta_precision_and_linear(Phi, y, lam, C, v) -> tuple[np.ndarray, np.ndarray]:
-    """Cholesky factor of β's conditional precision and its linear term (paper eq. 1).
+    """Cholesky factor of β's conditional precision and its linear term (paper eq. 1), in
+    Φ's precision (float32 for the HMC steps' leapfrog forces).
 
     ``v`` is the prior precision: one number for every coefficient, or one per coefficient
     (0 for a coefficient with a flat prior, such as an unregularised bias).
     """
-    prec = C**2 * (Phi.T @ (Phi / lam[:, None]))
-    prec[np.diag_indices_from(prec)] += np.asarray(v, dtype=float)
-    return cholesky_lower(prec), Phi.T @ (C * (1.0 + C / lam) * y)
+    chol = weighted_gram_cholesky(Phi, C**2 / lam, np.asarray(v, dtype=float))
+    return chol, Phi.T @ (C * (1.0 + C / lam) * y)
 
 
 def beta_conditional(Phi: np.ndarray, y: np.ndarray, lam: np.ndarray, C: float,
@@ -207,8 +207,7 @@ class BetaLambdaGibbs(GibbsBlockStep):
 
 def view_latent_conditional(Xo, Ho, W, V, tau) -> tuple[np.ndarray, np.ndarray]:
     """U | H, W, V, τ (paper eq. 10): per-row means (K, n) and the shared precision's Cholesky."""
-    K = V.shape[1]
-    chol = cholesky_lower(np.eye(K) + tau * (V.T @ V))
+    chol = weighted_gram_cholesky(V, np.full(V.shape[0], tau), 1.0)
     return cho_solve_lower(chol, tau * V.T @ (Xo - Ho @ W.T).T), chol
 
 
@@ -220,9 +219,7 @@ def loadings_conditional(Xo, Ho, U, r, eta, tau) -> tuple[np.ndarray, np.ndarray
     """
     K = U.shape[1]
     Z = np.concatenate([Ho, U], axis=1)
-    prec = tau * (Z.T @ Z)
-    prec[np.diag_indices_from(prec)] += np.concatenate([r, np.full(K, eta)])
-    chol = cholesky_lower(prec)
+    chol = weighted_gram_cholesky(Z, np.full(Z.shape[0], tau), np.concatenate([r, np.full(K, eta)]))
     return cho_solve_lower(chol, tau * Z.T @ Xo), chol
 
 

@@ -17,6 +17,8 @@ Step sizes adapt during tuning by dual averaging (Hoffman & Gelman 2014) and are
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from bayesmv.components.features import fourier_features, fourier_features_of_phases
@@ -39,7 +41,7 @@ def fourier_pullback(cos: np.ndarray, sin: np.ndarray, G_cos: np.ndarray,
                      G_sin: np.ndarray) -> np.ndarray:
     """Gradient w.r.t. ``S = H Ωᵀ`` of a function of ``φ̃ = [cos S, sin S, √M]/√M`` whose
     gradient w.r.t. the cosine and sine columns of φ̃ is ``G_cos`` and ``G_sin``."""
-    return (G_sin * cos - G_cos * sin) / np.sqrt(cos.shape[1])
+    return (G_sin * cos - G_cos * sin) / math.sqrt(cos.shape[1])
 
 
 def hinge_terms(S: np.ndarray, beta: np.ndarray, Y: np.ndarray, C: float,
@@ -54,9 +56,10 @@ def hinge_terms(S: np.ndarray, beta: np.ndarray, Y: np.ndarray, C: float,
     """
     M = S.shape[1]
     S, beta = S.astype(dtype, copy=False), beta.astype(dtype, copy=False)
+    Y = Y.astype(dtype, copy=False)
     cos, sin = np.cos(S), np.sin(S)
     bc, bs, b0 = beta[:, :M], beta[:, M:2 * M], beta[:, 2 * M]
-    scale = 1.0 / np.sqrt(M)
+    scale = 1.0 / math.sqrt(M)  # a Python float keeps float32 arrays float32
     F = scale * (cos @ bc.T + sin @ bs.T) + b0
     margin = 1.0 - Y * F
     active = margin > 0
@@ -114,10 +117,18 @@ class _HMCStep(GibbsBlockStep):
         self.adapt = DualAveraging(self.initial_step, self.adapt.target)
 
     def _leapfrog(self, target, x0: np.ndarray, eps: float, n_steps: int):
-        """Leapfrog from x0 with float32 forces; return (x1, p0, p1, lp0, lp1) with exact lp."""
+        """Leapfrog from x0; return (x1, p0, p1, lp0, lp1) with exact (float64) lp.
+
+        The two half kicks use the float64 gradients that come with the end points' exact
+        energies; the full kicks in between use float32 forces (half the cost of the Gaussian
+        algebra).  The kicks read in reverse are the same sequence, so the map is its own
+        reverse under a momentum flip and preserves volume: the Metropolis test on the exact
+        energies keeps the target exact.  (A float32 first kick with a float64 last one is
+        reversible only to float32 rounding.)
+        """
         p0 = self.rng.standard_normal(x0.shape)
-        lp0 = target.logp_grad(x0)[0]
-        x, mom = x0.copy(), p0 + 0.5 * eps * target.logp_grad(x0, np.float32)[1]
+        lp0, g0 = target.logp_grad(x0)
+        x, mom = x0.copy(), p0 + 0.5 * eps * g0
         for i in range(n_steps):
             x += eps * mom
             if i < n_steps - 1:
