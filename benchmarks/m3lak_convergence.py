@@ -136,7 +136,7 @@ def main() -> None:
                 median_ess, n_f = float(bulk.median()), int(bulk.size)
         floor = rhat_noise_floor(median_ess, post.sizes["chain"], post.sizes["draw"], n_f)
         cal = calibration(y_test, est.predict_proba(X_test), est.classes_)
-        print(f"{seed} | {row[0]:.3f} {row[1]:.0f} {row[2]:.0f} | {row[3]:.3f} {row[4]:.0f} "
+        print(f"{seed} | {row[0]:.4f} {row[1]:.0f} {row[2]:.0f} | {row[3]:.4f} {row[4]:.0f} "
               f"{row[5]:.0f} | {wall:.0f} | {row[1] / wall:.2f} | "
               f"{est.score(X_test, y_test):.3f} | {cal.brier:.4f} | {cal.ece:.4f} | "
               f"{median_ess:.0f} {floor:.3f}")

@@ -557,3 +557,23 @@ def test_likelihood_calibration_round_trips_through_save(tmp_path):
     b = load(a.save(tmp_path / "raw.nc"))
     assert b.calibration == "likelihood" and b.slope_ is None
     np.testing.assert_array_equal(b.predict_proba(Xt), a.predict_proba(Xt))
+
+
+def test_view_blocks_tile_the_metric_and_the_penalty_sums_the_upper_blocks():
+    """The one partition of the metric into view blocks, against index arithmetic written
+    here: every entry in exactly one block, and the group penalty over u ≤ v."""
+    from bayesmv.components.metric import view_blocks
+
+    sizes = (2, 3, 1)
+    owner = np.full((6, 6), -1)
+    for u, v, rows, cols in view_blocks(sizes):
+        assert np.all(owner[rows, cols] == -1)
+        owner[rows, cols] = 3 * u + v
+    view = np.array([0, 0, 1, 1, 1, 2])
+    np.testing.assert_array_equal(owner, 3 * view[:, None] + view[None, :])
+    assert [(u, v) for u, v, _, _ in view_blocks(sizes, upper=True)] == [
+        (0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2)]
+    A = np.random.default_rng(0).standard_normal((6, 6))
+    expected = sum(np.sqrt(np.sum(A[np.ix_(view == u, view == v)] ** 2))
+                   for u in range(3) for v in range(u, 3))
+    np.testing.assert_allclose(block_group_norm(A, sizes), expected, rtol=1e-14)

@@ -31,7 +31,7 @@ the penalties define.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -52,7 +52,8 @@ from bayesmv.components.linear import concatenated
 from bayesmv.linalg import psd_factor
 from bayesmv.params import check_positive
 
-__all__ = ["BlockMetricCombiner", "MetricProblem", "block_group_norm", "initial_metric"]
+__all__ = ["BlockMetricCombiner", "MetricProblem", "block_group_norm", "initial_metric",
+           "view_blocks"]
 
 #: the choices of the metric (``learn_A``) and of the reading of the g-term (``objective``)
 LEARN_A = ("full", "sparse", "identity", "cov")
@@ -125,16 +126,24 @@ class MetricProblem:
         return self.U * self.feature_weights(w)
 
 
+def view_blocks(sizes: tuple[int, ...], *, upper: bool = False
+                ) -> Iterator[tuple[int, int, slice, slice]]:
+    """``(u, v, rows, columns)`` of each block ``A_uv`` of a metric over views of ``sizes``
+    (features in view order), row-major; with ``upper`` only the blocks with u ≤ v."""
+    edges = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
+    for u in range(len(sizes)):
+        for v in range(u if upper else 0, len(sizes)):
+            yield (u, v, slice(int(edges[u]), int(edges[u + 1])),
+                   slice(int(edges[v]), int(edges[v + 1])))
+
+
 def block_group_norm(A, sizes: tuple[int, ...]):
     """``Σ_{u ≤ v} ||A_uv||_F``, every block of the symmetric A counted once: MVML's sparse
     metric penalty (without η), over the last two axes of a NumPy array (the solver) or a
     PyTensor tensor (the graph, one value per task)."""
-    edges = np.concatenate([[0], np.cumsum(sizes)])
     total = 0.0
-    for u in range(len(sizes)):
-        for v in range(u, len(sizes)):
-            block = A[..., edges[u]:edges[u + 1], edges[v]:edges[v + 1]]
-            total = total + (block**2).sum(axis=(-2, -1)) ** 0.5
+    for _, _, rows, cols in view_blocks(sizes, upper=True):
+        total = total + (A[..., rows, cols] ** 2).sum(axis=(-2, -1)) ** 0.5
     return total
 
 

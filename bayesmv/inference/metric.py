@@ -56,6 +56,7 @@ from bayesmv.components.metric import (
     MetricProblem,
     block_group_norm,
     initial_metric,
+    view_blocks,
 )
 from bayesmv.linalg import psd_factor, try_cholesky_upper
 
@@ -115,12 +116,9 @@ def cholesky_rank_one_update(R: np.ndarray, x: np.ndarray) -> np.ndarray:
 
 def block_norms(A: np.ndarray, sizes: tuple[int, ...]) -> np.ndarray:
     """V × V Frobenius norms of the blocks ``A_uv``."""
-    edges = np.concatenate([[0], np.cumsum(sizes)])
-    V = len(sizes)
-    out = np.empty((V, V))
-    for u in range(V):
-        for v in range(V):
-            out[u, v] = np.linalg.norm(A[edges[u]:edges[u + 1], edges[v]:edges[v + 1]])
+    out = np.empty((len(sizes), len(sizes)))
+    for u, v, rows, cols in view_blocks(sizes):
+        out[u, v] = np.linalg.norm(A[rows, cols])
     return out
 
 
@@ -130,19 +128,14 @@ def _block_soft_threshold(A: np.ndarray, sizes: tuple[int, ...], thresh: float) 
     A diagonal block shrinks by ``thresh``; an off-diagonal pair (A_uv, A_vu = A_uvᵀ) appears
     twice in ``||·||²_F``, so each of its blocks shrinks by ``thresh / 2``.
     """
-    edges = np.concatenate([[0], np.cumsum(sizes)])
     out = np.zeros_like(A)
-    V = len(sizes)
-    for u in range(V):
-        su = slice(edges[u], edges[u + 1])
-        for v in range(u, V):
-            sv = slice(edges[v], edges[v + 1])
-            nrm = np.linalg.norm(A[su, sv])
-            t = thresh if u == v else 0.5 * thresh
-            if nrm > t:
-                out[su, sv] = (1.0 - t / nrm) * A[su, sv]
-                if u != v:
-                    out[sv, su] = out[su, sv].T
+    for u, v, su, sv in view_blocks(sizes, upper=True):
+        nrm = np.linalg.norm(A[su, sv])
+        t = thresh if u == v else 0.5 * thresh
+        if nrm > t:
+            out[su, sv] = (1.0 - t / nrm) * A[su, sv]
+            if u != v:
+                out[sv, su] = out[su, sv].T
     return out
 
 
