@@ -6,8 +6,9 @@ the hybrid sampler factorises and solves small systems tens of thousands of time
 10–20 µs, ten times the LAPACK work itself on a 10 × 10 system; these call the same LAPACK
 routines (``potrf``, ``potrs``, ``trtrs``), so the results are the same to the bit.  Inputs
 are assumed finite and two-dimensional where a matrix is expected (the samplers build them).
-A float32 matrix is factorised and solved in single precision (the ``s`` routines: the HMC
-steps' leapfrog forces, where rounding only changes the proposal), anything else in double.
+Only :func:`weighted_gram_cholesky` on float32 inputs works in single precision (the HMC
+steps' leapfrog forces, where rounding only changes the proposal), and the solves with the
+factor it returns when their right-hand side is float32 too; everything else is double.
 
 Square roots of symmetric positive semi-definite matrices (:func:`psd_factor`), for the block
 metric of MVML (its graph component and its NumPy solvers alike).
@@ -29,9 +30,11 @@ _ROUTINES = {
 }
 
 
-def _routine(name: str, A: np.ndarray):
-    """LAPACK / BLAS ``name`` in A's precision (single for float32, else double)."""
-    return _ROUTINES[_SINGLE if A.dtype == np.float32 else _DOUBLE][name]
+def _routine(name: str, *arrays: np.ndarray):
+    """LAPACK / BLAS ``name`` in single precision when every array is float32, else in double
+    (f2py would silently round a float64 operand of an ``s`` routine down to float32)."""
+    single = all(a.dtype == np.float32 for a in arrays)
+    return _ROUTINES[_SINGLE if single else _DOUBLE][name]
 
 
 def _check(info: int, routine: str, failure: str) -> None:
@@ -44,9 +47,9 @@ def _check(info: int, routine: str, failure: str) -> None:
 
 
 def cholesky_lower(A: np.ndarray) -> np.ndarray:
-    """Lower Cholesky factor L of a symmetric positive-definite A (``A = L Lᵀ``); only A's
-    lower triangle is read."""
-    L, info = _routine("potrf", A)(A, lower=1, clean=1)
+    """Lower Cholesky factor L of a symmetric positive-definite A (``A = L Lᵀ``), in double
+    precision whatever A's dtype; only A's lower triangle is read."""
+    L, info = lapack.dpotrf(A, lower=1, clean=1)
     _check(info, "potrf", "the matrix is not positive definite")
     return L
 
@@ -55,7 +58,8 @@ def weighted_gram_cholesky(X: np.ndarray, weights: np.ndarray, ridge) -> np.ndar
     """Lower Cholesky factor of ``Xᵀ diag(weights) X + diag(ridge)`` (weights ≥ 0).
 
     Only the lower triangle of the Gram matrix is formed (BLAS ``syrk``: half the work of
-    ``Xᵀ (w X)``), in X's precision.  A float32 Gram that rounding leaves not positive
+    ``Xᵀ (w X)``), in single precision when X and the weights are both float32, else in
+    double.  A float32 Gram that rounding leaves not positive
     definite is formed again in double precision, so the factor is a deterministic function
     of the inputs either way.
     """
@@ -73,16 +77,18 @@ def weighted_gram_cholesky(X: np.ndarray, weights: np.ndarray, ridge) -> np.ndar
 
 def cho_solve_lower(L: np.ndarray, B: np.ndarray) -> np.ndarray:
     """``A⁻¹ B`` given A's lower Cholesky factor L (B a vector or a matrix of columns), in
-    L's precision."""
-    X, info = _routine("potrs", L)(L, B, lower=1)
+    single precision only when both are float32."""
+    B = np.asarray(B)
+    X, info = _routine("potrs", L, B)(L, B, lower=1)
     _check(info, "potrs", "the factor is singular")
     return X
 
 
 def solve_lower(L: np.ndarray, B: np.ndarray, *, transposed: bool = False) -> np.ndarray:
-    """``L⁻¹ B`` for a lower-triangular L, or ``L⁻ᵀ B`` with ``transposed``, in L's
-    precision."""
-    X, info = _routine("trtrs", L)(L, B, lower=1, trans=int(transposed))
+    """``L⁻¹ B`` for a lower-triangular L, or ``L⁻ᵀ B`` with ``transposed``, in single
+    precision only when both are float32."""
+    B = np.asarray(B)
+    X, info = _routine("trtrs", L, B)(L, B, lower=1, trans=int(transposed))
     _check(info, "trtrs", "singular matrix")
     return X
 

@@ -294,6 +294,27 @@ def test_frequency_hmc_target_matches_augmented_joint_with_beta_integrated(augme
         assert grad[idx] == pytest.approx(fd, rel=1e-5, abs=1e-6)
 
 
+def test_frequency_forces_are_single_precision_unless_a_weight_is_huge(augmented):
+    """The leapfrog forces of Ω's HMC are the float64 gradient rounded through float32 algebra
+    (close, not equal); when some λ_n is tiny the float32 gradient would be mostly rounding
+    error (c - C²Φm/λ cancels two numbers of size C²/λ), and the forces are then exact."""
+    built, point, logp, spec = augmented
+    nat = spec.natural(point)
+    lams = [np.exp(point["lam_log__"])[:, t] for t in range(spec.targets.shape[1])]
+    theta = nat["Omega"] / FrequencyTarget(spec, nat, lams).scale
+    target = FrequencyTarget(spec, nat, lams)
+    assert target.force_dtype == np.float32
+    exact, single = target.logp_grad(theta)[1], target.logp_grad(theta, np.float32)[1]
+    assert not np.array_equal(single, exact)
+    np.testing.assert_allclose(single, exact, rtol=1e-3, atol=1e-4 * np.abs(exact).max())
+    tiny = [lam.copy() for lam in lams]
+    tiny[0][0] = 1e-9 * spec.C**2
+    target = FrequencyTarget(spec, nat, tiny)
+    assert target.force_dtype == np.float64
+    np.testing.assert_array_equal(target.logp_grad(theta, np.float32)[1],
+                                  target.logp_grad(theta)[1])
+
+
 def test_margin_edge_cases_are_finite():
     """y f = 1 exactly: λ's conditional degenerates to Gamma(1/2, 2); nothing is NaN or inf."""
     rng = np.random.default_rng(8)
