@@ -226,7 +226,7 @@ def test_map_and_laplace_fits_say_what_applies():
     rep = check_convergence(lap)
     assert rep.ok, rep
     assert rep.inference == "laplace" and "independent" in rep.note
-    assert {"rho", "lam", "gamma"} <= set(rep.fixed) and rep.var_names == ("f", "b")
+    assert {"rho", "alpha", "gamma"} <= set(rep.fixed) and rep.var_names == ("f", "b")
     # independent draws: ArviZ's ESS estimates scatter around the number of draws
     assert 300 < rep.table["ess_bulk"].median() < 550
     few = RhoTMVRKM(inference="laplace", laplace_draws=50, random_seed=0, **kw).fit(X, y)
@@ -248,13 +248,13 @@ def test_summary_is_arviz_for_draws_and_clean_point_values_for_map():
     assert not table.isna().any().any()
     assert table.loc["f[7, 0]", "map"] == float(post["f"].sel(sample=7, task=0).item())
     assert table.loc["gamma[view1]", "map"] == float(post["gamma"].sel(view="view1").item())
-    assert len(table) == sum(post[v].size for v in ("f", "b", "rho", "lam", "gamma"))
+    assert len(table) == sum(post[v].size for v in ("f", "b", "rho", "alpha", "gamma"))
     assert list(summary(point, "rho").index) == ["rho"]
     # Laplace: independent draws, so mean, sd and HDI (ArviZ's own numbers)
     assert lap_table.attrs["inference"] == "laplace"
     assert list(lap_table.columns) == ["mean", "sd", "hdi_3%", "hdi_97%"]
     np.testing.assert_array_equal(
-        lap_table.to_numpy(), az.summary(lap.idata_, var_names=["f", "b", "rho", "lam", "gamma"],
+        lap_table.to_numpy(), az.summary(lap.idata_, var_names=["f", "b", "rho", "alpha", "gamma"],
                                          kind="stats").to_numpy())
     with pytest.raises(ValueError, match="not in the posterior"):
         summary(point, ["nope"])

@@ -200,7 +200,7 @@ def test_evidence_recovers_known_hyperparameters():
     res = ev.maximise()
     assert res.gammas[0] == pytest.approx(0.5, rel=0.25)
     assert res.gammas[1] == pytest.approx(1.5, rel=0.25)
-    assert res.lam == pytest.approx(0.1, rel=0.15)
+    assert res.alpha == pytest.approx(0.1, rel=0.15)
     assert res.rho == pytest.approx(0.7, abs=0.12)
 
 
@@ -216,7 +216,7 @@ def test_marginal_likelihood_prefers_the_tensor_term_for_a_product_label():
     additive = RhoTMVRKM(**kw).fit(X, np.sign(s1 + s2))
     assert product.rho_ > 0.6
     assert additive.rho_ < product.rho_ - 0.3
-    assert product.evidence_["free"] == ["lam", "rho"]
+    assert product.evidence_["free"] == ["alpha", "rho"]
 
 
 def test_laplace_and_map_agree_and_laplace_probabilities_average_the_posterior():
@@ -528,7 +528,7 @@ def test_default_hyperparameters_are_inside_their_ranges_on_bundled_digits(digit
     X, y, _, _ = _digits_split(digits)
     est = RhoTMVRKM().fit(X, y)
     sel = est.selection_
-    assert sel["criterion"] == "loo" and sel["free"] == ["gamma", "lam", "rho"]
+    assert sel["criterion"] == "loo" and sel["free"] == ["gamma", "alpha", "rho"]
     assert sel["at_bounds"] == []
     # at least a factor e from every edge: ϱ ∈ (0, 1) in logit, λ ∈ [1e-8, 1e3], m ∈ [1e-4, 1e2]
     assert -9.0 < np.log(est.rho_ / (1 - est.rho_)) < 9.0
@@ -541,7 +541,7 @@ def test_evidence_interpolates_on_bundled_digits():
     end of its range (interpolation)."""
     X, y, _, _ = _digits_split((3, 5))
     est = RhoTMVRKM(gamma="scale", criterion="evidence").fit(X, y)
-    assert "lam" in est.selection_["at_bounds"] and est.alpha_ < 1e-7
+    assert "alpha" in est.selection_["at_bounds"] and est.alpha_ < 1e-7
 
 
 def test_default_brier_is_within_ten_percent_of_a_calibrated_svc():

@@ -27,7 +27,8 @@ import xarray as xr
 from bayesmv.diagnostics.html_tables import frame_html
 
 #: variables judged by default, in this order, when present in the posterior
-IDENTIFIABLE = ("f", "b", "bias", "tau", "v", "sigma", "rho", "lam", "gamma", "prior_rate")
+IDENTIFIABLE = ("f", "b", "bias", "tau", "v", "sigma", "rho", "alpha", "lam", "gamma",
+                "prior_rate")
 #: log density from ``sample_stats``, judged by default when recorded
 LOG_DENSITY = "lp"
 #: the table's columns

@@ -72,7 +72,7 @@ class EvidenceResult:
     """Hyper-parameters chosen by the marginal likelihood, and how the search went."""
 
     gammas: list[float | None]
-    lam: float
+    alpha: float
     rho: float
     neg_log_evidence: float
     n_iterations: int
@@ -129,7 +129,7 @@ class RhoTensorEvidence(_ViewGrams):
     @property
     def free(self) -> tuple[str, ...]:
         names = [f"gamma[{v}]" for v in self.free_gamma]
-        names += ["lam"] if self.fixed_lam is None else []
+        names += ["alpha"] if self.fixed_lam is None else []
         names += ["rho"] if self.fixed_rho is None else []
         return tuple(names)
 
@@ -197,7 +197,7 @@ class RhoTensorEvidence(_ViewGrams):
         at_bounds = tuple(name for name, z, (lo, hi) in zip(self.free, res.x, self.bounds(),
                                                              strict=True)
                           if min(z - lo, hi - z) < 1e-6 * max(1.0, hi - lo))
-        return EvidenceResult(gammas=gammas, lam=lam, rho=rho, at_bounds=at_bounds,
+        return EvidenceResult(gammas=gammas, alpha=lam, rho=rho, at_bounds=at_bounds,
                               neg_log_evidence=float(res.fun), n_iterations=int(res.nit),
                               seconds=time.perf_counter() - start, n_samples=self.Y.shape[0],
                               free=self.free)
@@ -391,7 +391,7 @@ class LOOResult:
     """Hyper-parameters chosen by the leave-one-out criterion, and how the search went."""
 
     gammas: list[float | None]
-    lam: float
+    alpha: float
     rho: float
     width: float | None
     slope: float
@@ -434,8 +434,8 @@ class RhoTensorLOO(_ViewGrams):
     """
 
     #: line-search start and step of each free coordinate (log λ, log m, logit ϱ)
-    START = {"lam": np.log(0.1), "gamma": 0.0, "rho": 0.0}
-    STEP = {"lam": 1.5, "gamma": 0.5, "rho": 1.0}
+    START = {"alpha": np.log(0.1), "gamma": 0.0, "rho": 0.0}
+    STEP = {"alpha": 1.5, "gamma": 0.5, "rho": 1.0}
     #: the first design in (log m, logit ϱ) when both are free
     SCAN = {"gamma": np.log([0.1, 0.3, 1.0]), "rho": logit([0.2, 0.7, 0.97])}
 
@@ -460,20 +460,20 @@ class RhoTensorLOO(_ViewGrams):
     @property
     def free(self) -> tuple[str, ...]:
         names = ["gamma"] if self.free_width else []
-        names += ["lam"] if self.fixed_lam is None else []
+        names += ["alpha"] if self.fixed_lam is None else []
         names += ["rho"] if self.fixed_rho is None else []
         return tuple(names)
 
     def ranges(self) -> dict[str, tuple[float, float]]:
         """Search range of each free coordinate (log λ, log m, logit ϱ)."""
-        out = {"gamma": tuple(np.log(GAMMA_RANGE)), "lam": LOG_LAM_RANGE,
+        out = {"gamma": tuple(np.log(GAMMA_RANGE)), "alpha": LOG_LAM_RANGE,
                "rho": LOGIT_RHO_RANGE}
         return {name: out[name] for name in self.free}
 
     def unpack(self, x: dict[str, float]) -> tuple[float | None, float, float]:
         """(m, λ, ϱ) of a point given by its free coordinates."""
         width = float(np.exp(x["gamma"])) if self.free_width else None
-        lam = float(np.exp(x["lam"])) if self.fixed_lam is None else float(self.fixed_lam)
+        lam = float(np.exp(x["alpha"])) if self.fixed_lam is None else float(self.fixed_lam)
         rho = float(expit(x["rho"])) if self.fixed_rho is None else float(self.fixed_rho)
         return width, lam, rho
 
@@ -536,15 +536,15 @@ class RhoTensorLOO(_ViewGrams):
                                                           self.SCAN["rho"]):
                 criterion({**x, "gamma": log_width, "rho": logit_rho})
             x = dict(min(cache.values(), key=lambda r: r["criterion"])["x"])
-        order = [name for name in ("lam", "gamma", "rho") if name in ranges]
-        for name in order + (["lam"] if len(order) > 1 and "lam" in ranges else []):
+        order = [name for name in ("alpha", "gamma", "rho") if name in ranges]
+        for name in order + (["alpha"] if len(order) > 1 and "alpha" in ranges else []):
             x[name] = line_minimise(lambda t, name=name: criterion({**x, name: t}), x[name],
                                     self.STEP[name], *ranges[name], refinements=1)
         best = min(cache.values(), key=lambda r: r["criterion"])
         width, lam, rho = self.unpack(best["x"])
         edges = tuple(name for name, (lo, hi) in ranges.items()
                       if min(best["x"][name] - lo, hi - best["x"][name]) < 1e-6 * (hi - lo))
-        return LOOResult(gammas=self.gammas(width), lam=lam, rho=rho, width=width,
+        return LOOResult(gammas=self.gammas(width), alpha=lam, rho=rho, width=width,
                          slope=best["slope"], criterion=best["criterion"],
                          cross_entropy=best["cross_entropy"], n_evaluations=len(cache),
                          seconds=time.perf_counter() - start, n_samples=self.Y.shape[0],

@@ -193,9 +193,9 @@ class RhoTMVRKM(BaseMultiViewClassifier):
     selection_ : dict
         How the hyper-parameters were chosen: ``criterion``, the free parameters, the
         criterion's value, evaluations, seconds, rows used, and the parameters that ended on
-        the search range's edge (``at_bounds``; for the evidence typically ``lam``, the
-        search's name of ``alpha``: it still rises as λ → 0 when the labels can be
-        interpolated).  ``evidence_`` is the same dict.
+        the search range's edge (``at_bounds``; for the evidence typically ``alpha``: it
+        still rises as α → 0 when the labels can be interpolated).  Models fitted before
+        the rename of ``lam`` to ``alpha`` list ``lam``.  ``evidence_`` is the same dict.
     idata_ : arviz.InferenceData
         ``posterior``: the model's decision values ``f = g + b`` at the training points
         (one draw for MAP, exact draws for Laplace), ``b`` and the hyper-parameters;
@@ -397,7 +397,7 @@ class RhoTMVRKM(BaseMultiViewClassifier):
                     "neg_log_evidence": result.neg_log_evidence,
                     "n_iterations": result.n_iterations, "seconds": result.seconds,
                     "n_samples": result.n_samples, "at_bounds": list(result.at_bounds)}
-            return result.gammas, result.lam, result.rho, info
+            return result.gammas, result.alpha, result.rho, info
         loo = RhoTensorLOO(views, kernels, Y, y_index, len(prepared["classes"]),
                            lambda F, t: class_log_probabilities(F, None, t, codes), self.eta,
                            gammas, prepared["scale_gammas"], self._param("alpha"), self.rho,
@@ -406,7 +406,7 @@ class RhoTMVRKM(BaseMultiViewClassifier):
                 "cross_entropy": loo.cross_entropy, "width": loo.width, "slope": loo.slope,
                 "n_evaluations": loo.n_evaluations, "seconds": loo.seconds,
                 "n_samples": loo.n_samples, "at_bounds": list(loo.at_bounds)}
-        return loo.gammas, loo.lam, loo.rho, info
+        return loo.gammas, loo.alpha, loo.rho, info
 
     def _seed(self) -> int:
         return 0 if self.random_seed is None else int(self.random_seed)
@@ -555,7 +555,7 @@ class RhoTMVRKM(BaseMultiViewClassifier):
         posterior = {
             "f": f_train[None], "b": b_train[None],
             "rho": np.full((1, n_draws), fitted["rho"]),
-            "lam": np.full((1, n_draws), fitted["alpha"]),
+            "alpha": np.full((1, n_draws), fitted["alpha"]),
             "gamma": np.broadcast_to(gamma, (1, n_draws, len(gamma))).copy(),
         }
         idata = az.from_dict(posterior=posterior,
