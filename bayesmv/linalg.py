@@ -20,7 +20,7 @@ import numpy as np
 from scipy import linalg
 from scipy.linalg import LinAlgError, blas, lapack
 
-#: the single- and double-precision routines, by the dtype character of the matrix
+#: the single- and double-precision routines, by NumPy's dtype character
 _SINGLE, _DOUBLE = "f", "d"
 _ROUTINES = {
     _SINGLE: {"potrf": lapack.spotrf, "potrs": lapack.spotrs, "trtrs": lapack.strtrs,
@@ -59,9 +59,8 @@ def weighted_gram_cholesky(X: np.ndarray, weights: np.ndarray, ridge) -> np.ndar
 
     Only the lower triangle of the Gram matrix is formed (BLAS ``syrk``: half the work of
     ``Xᵀ (w X)``), in single precision when X and the weights are both float32, else in
-    double.  A float32 Gram that rounding leaves not positive
-    definite is formed again in double precision, so the factor is a deterministic function
-    of the inputs either way.
+    double.  A float32 Gram that rounding leaves not positive definite is formed again in
+    double precision, so the factor is a deterministic function of the inputs either way.
     """
     B = X * np.sqrt(weights)[:, None]
     # Bᵀ of a C-ordered B is Fortran-ordered: syrk reads it without a copy
