@@ -310,6 +310,8 @@ class _SinglePrecisionForcesTarget:
     """A correlated Gaussian whose float32 gradient differs from the exact one by rounding,
     as the HMC targets' float32 leapfrog forces do."""
 
+    force_dtype = np.float32
+
     def __init__(self, precision: np.ndarray) -> None:
         self.precision = precision
 

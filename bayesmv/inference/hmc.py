@@ -124,7 +124,8 @@ class _HMCStep(GibbsBlockStep):
         algebra).  The kicks read in reverse are the same sequence, so the map is its own
         reverse under a momentum flip and preserves volume: the Metropolis test on the exact
         energies keeps the target exact.  (A float32 first kick with a float64 last one is
-        reversible only to float32 rounding.)
+        reversible only to float32 rounding.)  The inner forces are computed in the target's
+        ``force_dtype``.
         """
         p0 = self.rng.standard_normal(x0.shape)
         lp0, g0 = target.logp_grad(x0)
@@ -132,7 +133,7 @@ class _HMCStep(GibbsBlockStep):
         for i in range(n_steps):
             x += eps * mom
             if i < n_steps - 1:
-                mom += eps * target.logp_grad(x, np.float32)[1]
+                mom += eps * target.logp_grad(x, target.force_dtype)[1]
         lp1, g = target.logp_grad(x)
         mom += 0.5 * eps * g
         return x, p0, mom, lp0, lp1
@@ -169,6 +170,9 @@ class WhitenedLatentTarget:
     ``h_n = μ_n + L_n^{-T} ξ_n`` where ``P_n = L_n L_nᵀ = I + Σ_{v observed} W_vᵀ Ψ_v⁻¹ W_v``;
     the Gaussian factor becomes ``-½||ξ_n||²`` and the hinge is added on top.
     """
+
+    #: the leapfrog's inner forces: the hinge's trigonometry in float32 (see hinge_terms)
+    force_dtype = np.float32
 
     def __init__(self, spec, nat: dict) -> None:
         self.spec, self.Omega, self.beta = spec, nat["Omega"], nat["beta"]
@@ -261,8 +265,6 @@ class FrequencyTarget:
     def logp_grad(self, theta: np.ndarray, dtype=np.float64) -> tuple[float, np.ndarray]:
         # float32 (leapfrog forces only) halves the cost of the Gaussian algebra; energies
         # are float64, so the chain's target stays exact (see hinge_terms)
-        if dtype != np.float64:
-            dtype = self.force_dtype
         Omega = theta * self.scale
         prior, gprior = self.prior(Omega)
         H = self.H.astype(dtype, copy=False)
@@ -380,6 +382,9 @@ class CoefficientTarget:
     pseudo-likelihood itself (piecewise linear in β, so its gradient is bounded).
     """
 
+    #: its gradient is cheap next to the triangular solves, so the forces stay exact
+    force_dtype = np.float64
+
     def __init__(self, Phi: np.ndarray, targets: np.ndarray, C: float, v, chols: list) -> None:
         self.Phi, self.targets, self.C, self.chols = Phi, targets, C, chols
         self.v = np.asarray(v, dtype=float)
@@ -392,6 +397,7 @@ class CoefficientTarget:
         return np.array([L.T @ b for L, b in zip(self.chols, beta, strict=True)])
 
     def logp_grad(self, xi: np.ndarray, dtype=np.float64) -> tuple[float, np.ndarray]:
+        # always float64 (its force_dtype); dtype keeps the targets' common signature
         beta = self.to_beta(xi)
         F = self.Phi @ beta.T
         logp = (-0.5 * float(np.sum(self.v * beta**2))
