@@ -67,6 +67,13 @@ def _check_names(names: Any, n_views: int, argument: str) -> tuple[str, ...]:
     return names
 
 
+def block_slices(sizes: Sequence[int]) -> list[slice]:
+    """The slices of consecutive blocks of the given sizes (a view's columns in a
+    concatenation, a variable's entries in a flat vector...)."""
+    edges = np.cumsum((0, *sizes)).astype(int)
+    return [slice(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:], strict=True)]
+
+
 def _check_sizes(
     sizes: Any, argument: str, what: str = "view_sizes", allow_rest: bool = False
 ) -> tuple[int, ...]:
@@ -428,12 +435,11 @@ def _split_single(
         sizes = layout.view_sizes
     else:
         sizes = (n_cols,)
-    bounds = np.cumsum((0, *sizes))
     if sparse:  # column slices of CSC are cheap; each view goes back to CSR afterwards
-        return [arr[:, a:b].tocsr() for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+        return [arr[:, cols].tocsr() for cols in block_slices(sizes)]
     if frame:
-        return [arr.iloc[:, a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
-    return [arr[:, a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+        return [arr.iloc[:, cols] for cols in block_slices(sizes)]
+    return [arr[:, cols] for cols in block_slices(sizes)]
 
 
 def check_views(

@@ -27,7 +27,7 @@ from pymc.distributions.shape_utils import rv_size_is_none
 from pytensor.tensor.random.op import RandomVariable
 from sklearn.base import BaseEstimator
 
-from bayesmv.data import MultiViewData
+from bayesmv.data import MultiViewData, block_slices
 from bayesmv.params import RenamedParameters
 
 #: scale of :class:`WideFlat`: far beyond any value a bias or a penalised weight reaches on
@@ -216,8 +216,7 @@ class ViewFeatures:
         """Graph of ``[φ_1, …, φ_V] βᵀ`` for ``β`` of shape (T, Σ d_v), block by block."""
         if self.n_views == 1:
             return self.dot(0, beta.T)
-        edges = np.concatenate([[0], np.cumsum(self.widths)]).astype(int)
-        terms = [self.dot(v, beta[:, edges[v]:edges[v + 1]].T) for v in range(self.n_views)]
+        terms = [self.dot(v, beta[:, cols].T) for v, cols in enumerate(block_slices(self.widths))]
         return terms[0] if len(terms) == 1 else pt.add(*terms)
 
 

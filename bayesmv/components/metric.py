@@ -49,6 +49,7 @@ from bayesmv.components.base import (
     WideFlat,
 )
 from bayesmv.components.linear import concatenated
+from bayesmv.data import block_slices
 from bayesmv.linalg import psd_factor
 from bayesmv.params import check_positive
 
@@ -84,7 +85,7 @@ class MetricProblem:
         self.sizes = tuple(int(s) for s in self.sizes)
         if self.U.ndim != 2 or sum(self.sizes) != self.U.shape[1]:
             raise ValueError("U must be (N, sum(sizes))")
-        self.edges = np.concatenate([[0], np.cumsum(self.sizes)]).astype(int)
+        self._blocks = block_slices(self.sizes)
 
     @property
     def n_views(self) -> int:
@@ -95,7 +96,7 @@ class MetricProblem:
         return int(self.U.shape[1])
 
     def block(self, v: int) -> slice:
-        return slice(int(self.edges[v]), int(self.edges[v + 1]))
+        return self._blocks[v]
 
     def view_of_feature(self) -> np.ndarray:
         return np.repeat(np.arange(self.n_views), self.sizes)
@@ -130,11 +131,10 @@ def view_blocks(sizes: tuple[int, ...], *, upper: bool = False
                 ) -> Iterator[tuple[int, int, slice, slice]]:
     """``(u, v, rows, columns)`` of each block ``A_uv`` of a metric over views of ``sizes``
     (features in view order), row-major; with ``upper`` only the blocks with u ≤ v."""
-    edges = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
-    for u in range(len(sizes)):
-        for v in range(u if upper else 0, len(sizes)):
-            yield (u, v, slice(int(edges[u]), int(edges[u + 1])),
-                   slice(int(edges[v]), int(edges[v + 1])))
+    slices = block_slices(sizes)
+    for u, rows in enumerate(slices):
+        for v in range(u if upper else 0, len(slices)):
+            yield u, v, rows, slices[v]
 
 
 def block_group_norm(A, sizes: tuple[int, ...]):

@@ -34,7 +34,7 @@ from bayesmv.components.base import (
     ViewFeatures,
 )
 from bayesmv.components.linear import publish_view_features
-from bayesmv.data import MultiViewData
+from bayesmv.data import MultiViewData, block_slices
 
 __all__ = ["NystromFeatures", "NystromState", "check_complete_views", "n_landmarks"]
 
@@ -292,7 +292,6 @@ class NystromFeatures(Component):
         U = state.transform(data)
         ctx.add_coord("nystrom_feature", U.shape[1])
         Ud = pm.Data("U", U, dims=("sample", "nystrom_feature"))
-        edges = np.concatenate([[0], np.cumsum(state.block_sizes)]).astype(int)
-        blocks = [Ud[:, a:b] for a, b in zip(edges[:-1], edges[1:], strict=True)]
-        return publish_view_features(ctx, blocks, [U[:, a:b] for a, b in
-                                                    zip(edges[:-1], edges[1:], strict=True)])
+        slices = block_slices(state.block_sizes)
+        return publish_view_features(ctx, [Ud[:, cols] for cols in slices],
+                                     [U[:, cols] for cols in slices])

@@ -26,6 +26,8 @@ import pymc as pm
 import pytensor.tensor as pt
 from scipy.optimize import minimize
 
+from bayesmv.data import block_slices
+
 
 class FlatLogp:
     """A model's log density and gradient as functions of one flat parameter vector.
@@ -49,10 +51,8 @@ class FlatLogp:
         point = model.initial_point()
         self.shapes = [np.shape(point[n]) for n in self.names]
         self.sizes = [int(np.prod(s)) for s in self.shapes]
-        bounds = np.cumsum([0, *self.sizes])
-        self.slices = {n: slice(int(a), int(b))
-                       for n, a, b in zip(self.names, bounds[:-1], bounds[1:], strict=True)}
-        self.size = int(bounds[-1])
+        self.slices = dict(zip(self.names, block_slices(self.sizes), strict=True))
+        self.size = sum(self.sizes)
         logp = model.logp(jacobian=jacobian)
         self._grads = pt.grad(logp, self.value_vars)  # kept for the Hessian-vector product
         self._fn = model.compile_fn([logp, *self._grads], inputs=self.value_vars,
