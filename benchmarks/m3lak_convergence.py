@@ -16,6 +16,12 @@ for more effective draws, one far above it for a slow direction.
     python benchmarks/m3lak_convergence.py --seeds 0 --draws 300 --tune 300
     python benchmarks/m3lak_convergence.py --seeds 0 --set latent_dim=10 b_tau=1
     python benchmarks/m3lak_convergence.py --task breast-cancer    # a second real data set
+    python benchmarks/m3lak_convergence.py --task breast-cancer --seeds 2 --warmup
+
+``--warmup`` keeps the tuning iterations and prints, per chain, ||Ω|| and the hinge's log
+pseudo-likelihood of the training rows averaged over ten consecutive blocks of the tuning
+iterations and ten of the draws: whether each chain reached the region its draws come from
+before the draws began (a chain that arrives late shows as a trend in its first blocks).
 
 ``--task``: the tasks of ``benchmarks/accuracy.py``.  ``digits-AvB``: other UCI pairs, the
 same split.  ``breast-cancer``: scikit-learn's bundled Wisconsin diagnostic breast-cancer data
@@ -30,6 +36,7 @@ from __future__ import annotations
 import argparse
 import time
 import warnings
+from contextlib import nullcontext
 
 import arviz as az
 import numpy as np
@@ -39,13 +46,33 @@ from scipy import signal
 from sklearn.model_selection import train_test_split
 
 from bayesmv import M3LAK
+from bayesmv.components.likelihoods import hinge_log_pseudolikelihood
 from bayesmv.diagnostics.ppc import calibration
+from bayesmv.inference.sample import keep_warmup
 
 
 def _summary(name: str, x: np.ndarray) -> str:
     ds = xr.Dataset({"x": (("chain", "draw"), x)})
     return (f"  {name:<22} chain means {np.array2string(x.mean(axis=1), precision=3)}  "
             f"R-hat {float(az.rhat(ds)['x']):.3f}  ESS {float(az.ess(ds)['x']):.0f}")
+
+
+def print_chain_paths(est: M3LAK, blocks: int = 10) -> None:
+    """Per chain, ||Ω|| and the training rows' hinge log pseudo-likelihood averaged over
+    ``blocks`` consecutive blocks of the tuning iterations, then of the draws."""
+    idata = est.idata_
+    targets = idata.observed_data["y_tasks"].values
+    for group in ("warmup_posterior", "posterior"):
+        post = idata[group]
+        omega = np.sqrt(np.sum(post["Omega"].values ** 2, axis=(-1, -2)))
+        loglik = hinge_log_pseudolikelihood(post["f"].values, targets, est.C).sum(axis=(-1, -2))
+        edges = np.array_split(np.arange(omega.shape[1]), blocks)
+        print(f"  {group}: {blocks} blocks of {omega.shape[1]} iterations")
+        for c in range(omega.shape[0]):
+            print(f"    chain {c} ||Omega||  " + " ".join(f"{omega[c, b].mean():6.1f}"
+                                                        for b in edges))
+            print("            log lik  " + " ".join(f"{loglik[c, b].mean():6.1f}"
+                                                      for b in edges))
 
 
 def rhat_noise_floor(ess: float, chains: int, draws: int, n_quantities: int,
@@ -109,6 +136,8 @@ def main() -> None:
     parser.add_argument("--set", nargs="+", default=[], metavar="NAME=VALUE",
                         help="other M3LAK parameters (numbers or strings), e.g. latent_dim=10")
     parser.add_argument("--task", choices=TASKS, default="digits-3v5")
+    parser.add_argument("--warmup", action="store_true",
+                        help="keep the tuning iterations and print each chain's path")
     args = parser.parse_args()
     views, y, test_size = load_task(args.task)
     print(f"# task {args.task}: views of {[v.shape[1] for v in views]} features, {len(y)} rows")
@@ -121,7 +150,7 @@ def main() -> None:
           "converged sampler at that ESS (noise floor)")
     for seed in args.seeds:
         start = time.perf_counter()
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), keep_warmup() if args.warmup else nullcontext():
             warnings.simplefilter("ignore")
             est = M3LAK(chains=4, random_seed=seed, **extra).fit(X_train, y_train)
         wall = time.perf_counter() - start
@@ -151,6 +180,8 @@ def main() -> None:
         if "n_active_components" in stats:
             print(_summary("occupied DP components",
                            stats["n_active_components"].values.astype(float)))
+        if args.warmup:
+            print_chain_paths(est)
 
 
 if __name__ == "__main__":

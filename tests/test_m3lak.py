@@ -14,6 +14,7 @@ from bayesmv import M3LAK
 from bayesmv.datasets import make_lvm_classification, make_nonlinear_latent
 from bayesmv.diagnostics import ConvergenceWarning
 from bayesmv.diagnostics.convergence import without_numba
+from bayesmv.inference.sample import keep_warmup
 from bayesmv.models.base import load
 
 TINY = dict(latent_dim=2, n_frequencies=8, view_latent_dim=1, n_components=3, draws=60, tune=60,
@@ -156,6 +157,24 @@ def test_reproducible_with_random_seed():
     np.testing.assert_array_equal(a.idata_.posterior["f"], b.idata_.posterior["f"])
     np.testing.assert_array_equal(a.predict_proba(X), b.predict_proba(X))
     assert not np.array_equal(a.idata_.posterior["f"], c.idata_.posterior["f"])
+
+
+def test_keep_warmup_adds_the_tuning_iterations_and_changes_no_draw():
+    X, y = _toy(n=30, seed=2)
+    params = dict(TINY, draws=12, tune=15)
+    with pytest.warns(ConvergenceWarning):
+        plain = M3LAK(random_seed=11, **params).fit(X, y)
+        with keep_warmup():
+            kept = M3LAK(random_seed=11, **params).fit(X, y)
+        after = M3LAK(random_seed=11, **params).fit(X, y)
+    assert "warmup_posterior" not in plain.idata_.groups()
+    assert "warmup_posterior" not in after.idata_.groups()  # the setting ends with the block
+    warm = kept.idata_.warmup_posterior
+    assert (warm.sizes["chain"], warm.sizes["draw"]) == (2, 15)
+    assert kept.idata_.warmup_sample_stats.sizes["draw"] == 15
+    np.testing.assert_array_equal(kept.idata_.posterior["f"], plain.idata_.posterior["f"])
+    # the chains move during tuning: the warm-up is the chains' own path, not a copy
+    assert not np.allclose(warm["f"].values[:, 0], warm["f"].values[:, -1])
 
 
 def test_gaussian_spectral_and_learned_prior_precision():

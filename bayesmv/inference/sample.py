@@ -107,6 +107,7 @@ class _ChainPlan:
 
 
 _PLAN: ContextVar[_ChainPlan | None] = ContextVar("bayesmv_chain_plan", default=None)
+_KEEP_WARMUP: ContextVar[bool] = ContextVar("bayesmv_keep_warmup", default=False)
 
 
 class ChainsSampled(BaseException):  # noqa: N818 - a signal, not an error
@@ -223,6 +224,29 @@ def _flag_if_interrupted(idata: az.InferenceData, chains: int, draws: int
     return idata
 
 
+@contextmanager
+def keep_warmup() -> Iterator[None]:
+    """Keep the tuning iterations of the fits run inside: every MCMC fit's ``idata_`` then
+    also holds ``warmup_posterior`` and ``warmup_sample_stats`` (PyMC's
+    ``discard_tuned_samples=False``).
+
+    For diagnosis: whether and when each chain reached the region its draws come from.
+    Convergence diagnostics and predictions still use the posterior draws only.
+
+    Examples
+    --------
+    >>> from bayesmv.inference.sample import keep_warmup
+    >>> with keep_warmup():                                   # doctest: +SKIP
+    ...     est.fit(X, y)
+    >>> est.idata_.warmup_posterior                           # doctest: +SKIP
+    """
+    token = _KEEP_WARMUP.set(True)
+    try:
+        yield
+    finally:
+        _KEEP_WARMUP.reset(token)
+
+
 def _sample_interruptible(**kwargs) -> az.InferenceData:
     """``pm.sample`` that turns Ctrl-C into a flagged partial result or a KeyboardInterrupt.
 
@@ -234,6 +258,7 @@ def _sample_interruptible(**kwargs) -> az.InferenceData:
     if sequential and kwargs.get("callback") is None:
         kwargs["callback"] = _stop_later_chains_after_interrupt(
             kwargs["draws"] + kwargs.get("tune", 0))
+    kwargs.setdefault("discard_tuned_samples", not _KEEP_WARMUP.get())
     try:
         idata = pm.sample(**kwargs)
     except ValueError as exc:
@@ -382,7 +407,7 @@ def run_sampler(
         initvals = [built.initial_values(np.random.default_rng(s)) for s in seeds]
     common = dict(draws=draws, tune=tune, chains=chains, var_names=list(trace_vars),
                   progressbar=progressbar, compute_convergence_checks=False,
-                  return_inferencedata=True)
+                  return_inferencedata=True, discard_tuned_samples=not _KEEP_WARMUP.get())
     model = built.model
     if sampler == "hybrid":
         steps = hybrid_steps(built, target_accept=target_accept, tune=tune)
