@@ -1,5 +1,6 @@
 import os
 import warnings
+from contextlib import nullcontext
 
 import numpy as np
 import pytest
@@ -47,3 +48,33 @@ def pytest_configure(config):
     another thread count set it themselves, in a subprocess or a threadpool_limits block."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
         threadpool_limits(limits=1, user_api="blas")  # stays in force for the process
+
+
+def _ops_for(item):
+    """PyTensor's Python implementations of each op (its ``py`` linker) for a test marked
+    ``python_ops``, else the default compiled C.
+
+    Those tests build large graphs (exact Hessians, many small models, one per hypothesis
+    example) and evaluate each a few times.  From an empty compile cache, as on a fresh
+    machine, gcc is nearly all of their time: ``test_conditionals.py`` took 75 s compiled and
+    14 s in Python, MVM's exact-Hessian tests 112 s and 17 s, MVM's property test 67 s and
+    15 s.  The math is the same (PyTensor tests its Python and C implementations of every op
+    against each other); sampling-heavy tests stay compiled, where Python would be slower.
+    """
+    if item.get_closest_marker("python_ops") is None:
+        return nullcontext()
+    import pytensor
+
+    return pytensor.config.change_flags(linker="py")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    with _ops_for(item):  # module fixtures compile here
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    with _ops_for(item):
+        return (yield)

@@ -27,6 +27,9 @@ from bayesmv.inference.gibbs import (
 from bayesmv.inference.hmc import FrequencyTarget, WhitenedLatentTarget, hinge_terms
 from bayesmv.inference.spec import HybridSpec
 
+# many small graphs, each evaluated a few times: no gcc (see conftest._ops_for)
+pytestmark = pytest.mark.python_ops
+
 
 def _estimator():
     return M3LAK(latent_dim=2, n_frequencies=3, view_latent_dim=1, n_components=3,

@@ -184,6 +184,7 @@ def test_zero_is_a_saddle_and_the_start_is_not():
     assert np.abs(flat(start)[1]).max() > 1e-2
 
 
+@pytest.mark.python_ops  # an exact Hessian graph evaluated once: no gcc
 @pytest.mark.parametrize("loss", ["logistic", "squared"])
 def test_exact_hessian_diagonal(loss):
     rng = np.random.default_rng(5)

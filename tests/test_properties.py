@@ -161,6 +161,7 @@ def test_mvlsvm_properties(problem, standardize, C, impute):
 
 
 @pytest.mark.slow
+@pytest.mark.python_ops  # a new graph per example, each fitted once: no gcc
 @_settings(12)
 @given(problem=problems(max_views=2), standardize=st.booleans(),
        loss=st.sampled_from(["logistic", "hinge", "squared"]))
