@@ -22,6 +22,9 @@ from bayesmv.inference.group_moves import (
 )
 from bayesmv.inference.spec import HybridSpec
 
+# joint densities of small models, each evaluated a few times: no gcc (see conftest._ops_for)
+pytestmark = pytest.mark.python_ops
+
 
 @pytest.fixture(scope="module", params=["dp_mixture", "gaussian"])
 def model(request):

@@ -224,6 +224,7 @@ def _graph_point(clf, model):
     return point
 
 
+@pytest.mark.python_ops  # four graphs, each evaluated at a few points: no gcc
 @pytest.mark.parametrize("kw", [dict(), dict(learn_A="sparse", metric_penalty=0.5),
                                 dict(learn_w=True), dict(learn_A="identity")])
 def test_graph_log_density_is_minus_the_paper_objective(kw):
