@@ -304,8 +304,8 @@ def test_frequency_forces_are_single_precision_unless_a_weight_is_huge(augmented
     built, point, logp, spec = augmented
     nat = spec.natural(point)
     lams = [np.exp(point["lam_log__"])[:, t] for t in range(spec.targets.shape[1])]
-    theta = nat["Omega"] / FrequencyTarget(spec, nat, lams).scale
     target = FrequencyTarget(spec, nat, lams)
+    theta = nat["Omega"] / target.scale
     assert target.force_dtype == np.float32
     exact, single = target.logp_grad(theta)[1], target.logp_grad(theta, target.force_dtype)[1]
     assert not np.array_equal(single, exact)
