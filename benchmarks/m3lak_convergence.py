@@ -66,13 +66,13 @@ def print_chain_paths(est: M3LAK, blocks: int = 10) -> None:
         post = idata[group]
         omega = np.sqrt(np.sum(post["Omega"].values ** 2, axis=(-1, -2)))
         loglik = hinge_log_pseudolikelihood(post["f"].values, targets, est.C).sum(axis=(-1, -2))
-        edges = np.array_split(np.arange(omega.shape[1]), blocks)
+        spans = np.array_split(np.arange(omega.shape[1]), blocks)  # iterations of each block
         print(f"  {group}: {blocks} blocks of {omega.shape[1]} iterations")
         for c in range(omega.shape[0]):
             print(f"    chain {c} ||Omega||  " + " ".join(f"{omega[c, b].mean():6.1f}"
-                                                        for b in edges))
+                                                        for b in spans))
             print("            log lik  " + " ".join(f"{loglik[c, b].mean():6.1f}"
-                                                      for b in edges))
+                                                      for b in spans))
 
 
 def rhat_noise_floor(ess: float, chains: int, draws: int, n_quantities: int,
