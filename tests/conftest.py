@@ -8,13 +8,16 @@ from threadpoolctl import threadpool_limits
 
 
 def _compile_cache_per_worker() -> None:
-    """Give each xdist worker its own PyTensor compile cache.
+    """Give each xdist worker its own PyTensor compile cache, compiled without debug symbols.
 
     PyTensor compiles C modules under a lock on its cache directory, so two workers sharing
     one cache compile one module at a time, and each compilation first rescans the whole
     cache.  With an empty cache (a fresh install) the suite took 19 min on two slow cores
-    (9 min with a warm cache); with one cache per worker, 17 min.  Set before PyTensor is
-    imported: the cache directory is fixed at import.  A user's own cache setting wins.
+    (9 min with a warm cache); with one cache per worker, 17 min.  PyTensor always asks gcc
+    for debug symbols; ``-g0`` drops them, which changes no generated instruction and takes
+    a quarter off each compilation (1.36 s against 1.78 s a module, on the suite's own
+    modules).  Set before PyTensor is imported: the cache directory is fixed at import.  A
+    user's own cache or compiler setting wins.
     """
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     flags = os.environ.get("PYTENSOR_FLAGS", "")
@@ -22,7 +25,10 @@ def _compile_cache_per_worker() -> None:
         return
     fmt = ("compiledir_%(short_platform)s-%(processor)s-%(python_version)s-"
            f"%(python_bitwidth)s-pytest-{worker}")
-    os.environ["PYTENSOR_FLAGS"] = ",".join(filter(None, [flags, f"compiledir_format={fmt}"]))
+    ours = [f"compiledir_format={fmt}"]
+    if "gcc__cxxflags" not in flags:
+        ours.append("gcc__cxxflags=-g0")
+    os.environ["PYTENSOR_FLAGS"] = ",".join(filter(None, [flags, *ours]))
 
 
 _compile_cache_per_worker()
