@@ -31,7 +31,7 @@ from sklearn.svm import SVC
 
 from bayesmv.data import check_views
 from bayesmv.datasets import load_multiple_features
-from bayesmv.diagnostics.convergence import ConvergenceWarning
+from bayesmv.diagnostics.convergence import SAMPLING_DIAGNOSTICS, ConvergenceWarning
 from bayesmv.diagnostics.report import report as write_html_report
 from bayesmv.diagnostics.report import wall_time_summary
 from bayesmv.models.base import prediction_draws_per_chain
@@ -339,6 +339,9 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> JobResult:
     report.header("Convergence")
     report.text(repr(est.convergence_))
     for message in convergence_warnings:
+        if message.startswith(SAMPLING_DIAGNOSTICS):
+            # the report just printed lists these same problems: say it, do not repeat them
+            message = "raised: the fit did not converge (the problems listed above)"
         report.long_line("ConvergenceWarning", message)
 
     output = Path(args.output)

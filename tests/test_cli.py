@@ -144,6 +144,8 @@ def test_main_end_to_end(tmp_path, monkeypatch, capsys):
     est = result.estimator
     if not est.convergence_.ok:  # 2 x 20 draws: expected, and must be reported as a line
         assert "ConvergenceWarning" in text and result.convergence_warnings
+        for problem in est.convergence_.warnings:  # listed once, not again in the warning line
+            assert text.count(problem) == 1, problem
     assert 0.0 <= result.scores["brier"] <= 1.0
     assert f"{result.scores['log_loss']:.4f}" in text
 

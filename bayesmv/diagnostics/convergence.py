@@ -516,11 +516,15 @@ def _variable_problems(v: str, rows: pd.DataFrame, r_hat_max: float, ess_min: fl
     return out
 
 
+#: how the warning of :func:`warn_if_not_converged` begins
+SAMPLING_DIAGNOSTICS = "Sampling diagnostics: "
+
+
 def warn_if_not_converged(report: ConvergenceReport) -> None:
     """Emit one :class:`ConvergenceWarning` summarising the report's problems."""
     if not report.ok:
         shown = report.warnings[:3]
         more = len(report.warnings) - len(shown)
         tail = f" ({more} more: see the estimator's convergence_)" if more else ""
-        warnings.warn("Sampling diagnostics: " + " ".join(shown) + tail,
+        warnings.warn(SAMPLING_DIAGNOSTICS + " ".join(shown) + tail,
                       ConvergenceWarning, stacklevel=3)

@@ -68,9 +68,10 @@ class M3LAK(BaseMultiViewClassifier):
     n_frequencies : int, default 50
         Number of random frequencies M (2M + 1 features with the bias).  The defaults were
         m = 20, M = 100 (the paper's).  On the digits 3 vs 5 (4 chains, 2 cores) m = 10,
-        M = 50 costs about a third per sweep and mixes better per sweep: 500 + 2000 draws take
-        75-84 s where 500 + 500 took 74-113 s, the noise precisions τ reach a min ESS of
-        1776-3117 (was 67-625) and f's min ESS per second is 0.6-7.1 (was 0.5-1.2).  Test
+        M = 50 costs about a third per sweep and mixes better per sweep: when it was chosen,
+        500 + 2000 draws took about as long as 500 + 500 had at m = 20, M = 100, the noise
+        precisions τ reached a min ESS of 1776-3117 (was 67-625) and f's min ESS per second
+        0.6-7.1 (was 0.5-1.2).  Test
         accuracy on the digits is unchanged (0.990) and within one or two test rows on the
         tasks of ``benchmarks/accuracy.py``; a larger M gives a richer kernel at a higher cost
         per effective draw.
@@ -86,8 +87,10 @@ class M3LAK(BaseMultiViewClassifier):
         Posterior draws and tuning iterations per chain, number of chains.  Some directions
         (the frequencies' Dirichlet-process mixture, the loadings of a small view) mix
         slowly (see the README's Benchmarks), so the default keeps 2000 draws: with 4 chains
-        on the UCI digits 3 vs 5 that is about 93 s on 2 cores, and every training decision
-        value reached a bulk and tail ESS of at least 778 (R-hat 1.006-1.013) on three seeds.
+        on the UCI digits 3 vs 5 a fit took 92-94 s on one 2-core machine and 208-220 s on a
+        slower one, and every training decision value reached R-hat ≤ 1.010 and a bulk ESS
+        of at least 1130 on three seeds (``benchmarks/m3lak_convergence.py``; the README's
+        Benchmarks has the other tasks).
     cores : int or None
         Chains run in parallel on this many processes (one per chain, up to the CPU count,
         when None); one after the other inside a daemonic process such as a Dask worker.
