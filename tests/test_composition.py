@@ -241,6 +241,7 @@ def test_mvm_preset_is_the_composed_estimator_with_its_builder(small):
     np.testing.assert_allclose(composed.predict_proba(Xt), mvm.predict_proba(Xt), atol=1e-8)
 
 
+@pytest.mark.python_ops  # evaluates graphs a few times: gcc would be most of it
 def test_rhotmvrkm_preset_with_random_features_is_the_exact_composed_posterior(small):
     X, y, _, _ = small
     rkm = RhoTMVRKM(n_frequencies=20, rho=0.5, alpha=0.1, gamma=0.1, random_seed=0).fit(X, y)
@@ -254,6 +255,7 @@ def test_rhotmvrkm_preset_with_random_features_is_the_exact_composed_posterior(s
 
 
 @pytest.mark.parametrize("learn_A", ["identity", "cov"])
+@pytest.mark.python_ops  # evaluates graphs a few times: gcc would be most of it
 def test_mvml_preset_with_a_fixed_metric_is_the_exact_composed_posterior(learn_A, small):
     X, y, _, _ = small
     mvml = MVML(learn_A=learn_A, random_seed=0).fit(X, y)

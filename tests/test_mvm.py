@@ -156,6 +156,7 @@ def _make(cfg, rng):
 
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"{c['loss']}-{c['prior']}")
+@pytest.mark.python_ops  # evaluates graphs a few times: gcc would be most of it
 def test_log_posterior_and_gradient(cfg):
     rng = np.random.default_rng(11)
     X, y, built = _make(cfg, rng)

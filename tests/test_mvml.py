@@ -244,6 +244,7 @@ def test_graph_log_density_is_minus_the_paper_objective(kw):
     assert np.abs(grad).max() < 1e-7 * max(1.0, np.abs(clf.g_).max())
 
 
+@pytest.mark.python_ops  # evaluates graphs a few times: gcc would be most of it
 def test_graph_is_the_proper_gaussian_model_whose_marginal_bayes_maximises():
     rng = np.random.default_rng(2)
     N = 40

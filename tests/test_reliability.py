@@ -853,6 +853,7 @@ def _m3lak_point(built, rng):
     return point
 
 
+@pytest.mark.python_ops  # evaluates graphs a few times: gcc would be most of it
 def test_m3lak_missing_view_drops_exactly_its_likelihood_term():
     """The graph's log density with view 1 missing for some rows is the complete-data log
     density minus exactly log N(x_1n | W_1 h_n, V_1 V_1ᵀ + τ_1⁻¹ I) of those rows, computed here

@@ -154,6 +154,7 @@ def test_evidence_gradient_matches_finite_differences():
     np.testing.assert_allclose(grad, numeric, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.python_ops  # evaluates graphs a few times: gcc would be most of it
 def test_graph_density_is_the_restricted_marginal_likelihood():
     X = _views(25, (2, 3), seed=10)
     y = _labels(X, seed=4)
