@@ -67,7 +67,7 @@ def print_chain_paths(est: M3LAK, blocks: int = 10) -> None:
         omega = np.sqrt(np.sum(post["Omega"].values ** 2, axis=(-1, -2)))
         loglik = hinge_log_pseudolikelihood(post["f"].values, targets, est.C).sum(axis=(-1, -2))
         spans = np.array_split(np.arange(omega.shape[1]), blocks)  # iterations of each block
-        print(f"  {group}: {blocks} blocks of {omega.shape[1]} iterations")
+        print(f"  {group}: {omega.shape[1]} iterations in {blocks} blocks")
         for c in range(omega.shape[0]):
             print(f"    chain {c} ||Omega||  " + " ".join(f"{omega[c, b].mean():6.1f}"
                                                         for b in spans))
