@@ -6,6 +6,27 @@ import numpy as np
 import pytest
 from threadpoolctl import threadpool_limits
 
+_BLAS_THREAD_ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def _one_thread_per_worker() -> None:
+    """One BLAS and OpenMP thread in each xdist worker, in every library it loads.
+
+    Two workers on two cores, each with a multi-threaded BLAS, oversubscribe the cores, and
+    OpenBLAS threads spin while they wait: a scikit-learn check of RhoTMVRKM took 37 s in
+    the suite against 0.8 s alone.  ``threadpool_limits`` reaches only the libraries loaded
+    when it is called (NumPy's, here); SciPy's OpenBLAS and PyTensor's BLAS load later and
+    read these variables when they do (set before any test module imports them); a value
+    the user set wins.  Tests that need another thread count set it themselves, in a
+    subprocess or a ``threadpool_limits`` block.
+    """
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        for name in _BLAS_THREAD_ENV:
+            os.environ.setdefault(name, "1")
+
+
+_one_thread_per_worker()
+
 
 def _compile_cache_per_worker() -> None:
     """Give each xdist worker its own PyTensor compile cache, compiled without debug symbols.
@@ -49,11 +70,10 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_configure(config):
-    """One BLAS thread per xdist worker: two workers on two cores, each with a multi-threaded
-    BLAS, oversubscribe the cores (OpenBLAS threads spin while they wait).  Tests that need
-    another thread count set it themselves, in a subprocess or a threadpool_limits block."""
+    """The libraries already loaded (NumPy's BLAS) get the one thread of
+    ``_one_thread_per_worker`` too; the limit stays in force for the process."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
-        threadpool_limits(limits=1, user_api="blas")  # stays in force for the process
+        threadpool_limits(limits=1)
 
 
 def _ops_for(item):

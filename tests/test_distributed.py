@@ -15,6 +15,7 @@ import pymc as pm
 import pytest
 from sklearn.base import clone
 from sklearn.model_selection import GridSearchCV, StratifiedKFold, cross_validate
+from threadpoolctl import threadpool_limits
 
 from bayesmv import M3LAK, MVLSVM, MVM, MVML, RhoTMVRKM
 from bayesmv.datasets import load_multiple_features, make_nonlinear_latent
@@ -201,7 +202,9 @@ def test_chain_tasks_use_the_clients_blas_threads(client):
     task runs with the client's BLAS thread count (Dask's nanny gives workers one thread)
     and gives the worker its own setting back afterwards."""
     from bayesmv.distributed import _blas_threads
-    n = _blas_threads()
+    with threadpool_limits(limits=2, user_api="blas"):  # a count the nanny's 1 is not
+        n = _blas_threads()
+    assert n == 2
     for before, inside, after in client.gather([client.submit(_task_blas_threads, n, pure=False)
                                                 for _ in range(2)]):
         assert before == after == 1 and inside == n
