@@ -177,6 +177,7 @@ def test_gibbs_agrees_with_nuts_on_the_marginal_model_with_unknown_blocks():
         np.testing.assert_allclose(s_g["sd"], s_n["sd"], rtol=rtol, err_msg=name)
 
 
+@pytest.mark.python_ops  # the joint's graph evaluated at a few points: gcc would be most of it
 def test_missing_block_conditional_matches_the_augmented_joint():
     """The Gaussian that ``draw_missing_blocks`` samples by Matheron's rule is the exact
     conditional of the augmented graph (log-density differences), and its draws have that
