@@ -877,6 +877,8 @@ def test_m3lak_missing_view_drops_exactly_its_likelihood_term():
     assert logp_full - logp_missing == pytest.approx(term, rel=1e-9, abs=1e-8)
 
 
+# M3LAK's hybrid sampler runs in NumPy; its graph is compiled for a few evaluations only
+@pytest.mark.python_ops
 def test_m3lak_values_behind_a_missing_view_cannot_influence_the_fit():
     """Fill the missing rows with wild values (bypassing the NaN convention): the model's
     density, the sampler's data and the posterior draws are exactly those of the NaN data."""
