@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -9,6 +10,7 @@ import numpy as np
 import pytensor
 import pytensor.tensor as pt
 import pytest
+from threadpoolctl import ThreadpoolController
 
 import bayesmv  # noqa: F401  (configures PyTensor's BLAS)
 from bayesmv._runtime import blas_routine_names
@@ -27,6 +29,22 @@ def test_pytensor_links_a_blas_after_import():
     np.testing.assert_allclose(out, a @ v, rtol=1e-12)
     np.testing.assert_allclose(grad, 2 * np.outer(a @ v, v), rtol=1e-12)
 
+
+
+@pytest.mark.skipif(not os.environ.get("PYTEST_XDIST_WORKER"),
+                    reason="the conftest limits BLAS threads in pytest-xdist workers only")
+def test_every_blas_an_xdist_worker_loads_runs_the_workers_thread_count():
+    # two workers each with a multi-threaded BLAS oversubscribe two cores; the libraries
+    # loaded after the conftest (SciPy's OpenBLAS, PyTensor's) must get the setting too
+    import scipy.linalg
+
+    scipy.linalg.cho_factor(np.eye(3))
+    A, x = pt.matrix("A"), pt.vector("x")
+    pytensor.function([A, x], pt.dot(A, x))(np.eye(3), np.ones(3))  # loads PyTensor's BLAS
+    expected = int(os.environ["OPENBLAS_NUM_THREADS"])
+    threads = {lc.filepath: lc.num_threads
+               for lc in ThreadpoolController().select(user_api="blas").lib_controllers}
+    assert len(threads) >= 2 and set(threads.values()) == {expected}, threads
 
 def test_import_prints_no_blas_warning():
     code = ("import warnings; warnings.simplefilter('error');"
