@@ -4,8 +4,9 @@ Blocks without ``if __name__ == "__main__":`` are one notebook: they run in orde
 namespace, as a reader pastes them into one session.  Each script-style block (with it) is
 what a reader copies into a file and runs: it runs on its own, in a fresh interpreter, as
 ``python block.py``, so it must carry its own imports.  Shell blocks (```sh) are not run.
-Blocks that import an optional extra that is not installed (JAX back-ends, Dask) are skipped
-with the reason.
+Blocks that import an optional extra that is not installed (JAX back-ends, Dask) are not run,
+with the reason: a skip for a script block, a warning for a notebook block (the notebook is
+one test, and the blocks after it still run).
 """
 
 from __future__ import annotations
