@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 from threadpoolctl import threadpool_limits
 
-_BLAS_THREAD_ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+# the variables bayesmv.distributed._BLAS_ENV sets for a Dask chain task; not imported from
+# there: importing bayesmv here would import PyTensor before its compile cache is chosen
+_BLAS_THREAD_ENV = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS")
 
 
 def _one_thread_per_worker() -> None:

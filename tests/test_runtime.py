@@ -30,7 +30,6 @@ def test_pytensor_links_a_blas_after_import():
     np.testing.assert_allclose(grad, 2 * np.outer(a @ v, v), rtol=1e-12)
 
 
-
 @pytest.mark.skipif(not os.environ.get("PYTEST_XDIST_WORKER"),
                     reason="the conftest limits BLAS threads in pytest-xdist workers only")
 def test_every_blas_an_xdist_worker_loads_runs_the_workers_thread_count():
@@ -45,6 +44,7 @@ def test_every_blas_an_xdist_worker_loads_runs_the_workers_thread_count():
     threads = {lc.filepath: lc.num_threads
                for lc in ThreadpoolController().select(user_api="blas").lib_controllers}
     assert len(threads) >= 2 and set(threads.values()) == {expected}, threads
+
 
 def test_import_prints_no_blas_warning():
     code = ("import warnings; warnings.simplefilter('error');"
