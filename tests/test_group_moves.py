@@ -26,21 +26,26 @@ from bayesmv.inference.spec import HybridSpec
 pytestmark = pytest.mark.python_ops
 
 
-@pytest.fixture(scope="module", params=["dp_mixture", "gaussian"])
-def model(request):
+def _build(spectral: str, latent_dim: int = 2):
     X, y, _ = make_lvm_classification(n_samples=15, view_dims=(4, 3), latent_dim=2,
                                       view_latent_dim=1, random_state=0)
     X[1][[2, 5]] = np.nan
-    est = M3LAK(latent_dim=2, n_frequencies=3, view_latent_dim=1, n_components=3, C=0.8,
-                spectral=request.param)
+    est = M3LAK(latent_dim=latent_dim, n_frequencies=3, view_latent_dim=1, n_components=3,
+                C=0.8, spectral=spectral)
     built = est.build_model(X, y)
     rng = np.random.default_rng(5)
     point = built.initial_values(rng)
     point["beta"] = rng.normal(size=point["beta"].shape)
+    point["r_log__"] = rng.normal(size=point["r_log__"].shape)  # unequal ARD precisions
     if "dp_mu" in point:
         point["dp_mu"] = rng.normal(scale=0.3, size=point["dp_mu"].shape)
     # the model's joint density in natural coordinates (no log-transform Jacobians)
     return built, point, built.model.compile_logp(jacobian=False), HybridSpec.from_built(built)
+
+
+@pytest.fixture(scope="module", params=["dp_mixture", "gaussian"])
+def model(request):
+    return _build(request.param)
 
 
 def test_latent_scale_ratio_is_the_joint_change_plus_jacobian(model):
@@ -111,27 +116,30 @@ def _rotated(spec, point, nat, pairs, theta):
     return moved
 
 
-def test_latent_rotation_density_is_the_joint_change(model):
+@pytest.mark.parametrize("latent_dim, pairs", [(2, [[1, 0]]), (4, [[2, 0], [1, 3]])])
+def test_latent_rotation_density_is_the_joint_change(model, latent_dim, pairs):
     """Rotating pairs of latent columns in H, W and Ω leaves W h and Ω h unchanged and has unit
     Jacobian, so the move's log density differences are the joint's; the frequencies' prior
     enters given the DP assignments (the mixture swapped for the complete-data Gaussians,
-    both written here with scipy)."""
-    built, point, logp, spec = model
+    both written here with scipy).  Disjoint pairs add: the joint's change when both rotate
+    is the sum of the pairs' densities."""
+    spec = model[3]
+    built, point, logp, spec = (model if latent_dim == 2
+                                else _build("dp_mixture" if spec.is_dp else "gaussian", 4))
     nat = spec.natural(point)
     mean, precision = frequency_prior_given_assignments(spec, nat, np.random.default_rng(3))
-    pairs = np.array([[1, 0]])
+    pairs = np.array(pairs)
     rng = np.random.default_rng(4)
-    thetas = rng.uniform(-np.pi, np.pi, size=4)
+    thetas = rng.uniform(-np.pi, np.pi, size=(4, len(pairs)))
     ours, expected = [], []
     for t in thetas:
-        moved = _rotated(spec, point, nat, pairs, np.array([t]))
+        moved = _rotated(spec, point, nat, pairs, t)
         np.testing.assert_allclose(moved["H"] @ moved["Omega"].T, nat["H"] @ nat["Omega"].T)
         np.testing.assert_allclose(moved["H"] @ moved["W_0"].T, nat["H"] @ nat["W_0"].T)
         complete = stats.norm.logpdf(moved["Omega"], mean, precision**-0.5).sum()
         expected.append(float(logp(moved)) - _frequency_prior(spec, nat, moved["Omega"])
                         + complete)
-        ours.append(latent_rotation_log_density(spec, nat, mean, precision, pairs,
-                                                np.array([t]))[0])
+        ours.append(latent_rotation_log_density(spec, nat, mean, precision, pairs, t).sum())
     ours, expected = np.array(ours), np.array(expected)
     np.testing.assert_allclose(ours - ours[0], expected - expected[0], rtol=1e-9, atol=1e-8)
 

@@ -92,8 +92,11 @@ def diagonal_gaussian_component_logp(Omega: np.ndarray, mu: np.ndarray,
     ndarray of shape (M, K)
         ``log N(ω_j | μ_k, diag σ²_k)``; the mixture weights are not included.
     """
-    diff = Omega[:, None, :] - mu[None, :, :]
-    return -0.5 * np.sum(diff**2 / sigma2 + np.log(2 * np.pi * sigma2), axis=2)
+    # the square expanded into three matrix products: no (M, K, m) temporary (the HMC step
+    # for Ω evaluates this, and its gradient, at every leapfrog step)
+    precision = 1.0 / sigma2
+    constant = np.sum(mu**2 * precision + np.log(2 * np.pi * sigma2), axis=1)
+    return -0.5 * ((Omega**2) @ precision.T - 2.0 * Omega @ (mu * precision).T + constant)
 
 
 class DiagonalNormalMixtureRV(RandomVariable):
@@ -289,7 +292,8 @@ class DPMixtureSpectral(Component):
         comp = diagonal_gaussian_component_logp(Omega, mu, sigma2) + np.log(weights)
         total = logsumexp(comp, axis=1, keepdims=True)
         resp = np.exp(comp - total)  # (M, K)
-        grad = -np.einsum("jk,jkd->jd", resp, (Omega[:, None, :] - mu[None]) / sigma2[None])
+        # -Σ_k resp_jk (ω_j - μ_k) / σ²_k, as two matrix products
+        grad = resp @ (mu / sigma2) - Omega * (resp @ (1.0 / sigma2))
         return float(total.sum()), grad
 
     def rescale(self, draw: dict, c) -> tuple[dict, float | np.ndarray]:

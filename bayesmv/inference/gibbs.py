@@ -24,7 +24,12 @@ from threadpoolctl import threadpool_limits
 
 from bayesmv.components.features import diagonal_gaussian_component_logp, fourier_features
 from bayesmv.inference.slice import slice_sample_independent
-from bayesmv.linalg import cho_solve_lower, solve_lower, weighted_gram_cholesky
+from bayesmv.linalg import (
+    cho_solve_lower,
+    inverse_from_cholesky,
+    solve_lower,
+    weighted_gram_cholesky,
+)
 
 #: below this |a| the GIG(1/2, 1, a²) conditional of λ is its a → 0 limit Gamma(1/2, rate 1/2)
 _TINY_MARGIN = 1e-10
@@ -130,14 +135,17 @@ def collapsed_log_marginal(Phi: np.ndarray, targets: np.ndarray, lams: list, C: 
     grad = np.zeros_like(Phi) if with_gradient else None
     for t, lam in enumerate(lams):
         chol, b = beta_precision_and_linear(Phi, targets[:, t], lam, C, v)
-        mean = cho_solve_lower(chol, b)
+        if with_gradient:
+            A_inv = inverse_from_cholesky(chol)
+            mean = A_inv @ b
+        else:
+            mean = cho_solve_lower(chol, b)
         total += 0.5 * float(b @ mean) - float(np.sum(np.log(np.diag(chol))))
         conditionals.append((mean, chol))
         if with_gradient:
             c = C * (1.0 + C / lam) * targets[:, t]
-            Phi_Ainv = cho_solve_lower(chol, Phi.T).T
             grad += np.outer(c - C**2 * (Phi @ mean) / lam, mean)
-            grad -= C**2 * Phi_Ainv / lam[:, None]
+            grad -= C**2 * (Phi @ A_inv) / lam[:, None]
     return (total, conditionals, grad) if with_gradient else (total, conditionals)
 
 

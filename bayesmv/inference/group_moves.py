@@ -126,28 +126,49 @@ def _rotate_pairs(X: np.ndarray, pairs: np.ndarray, theta: np.ndarray) -> np.nda
     return out
 
 
-def latent_rotation_log_density(spec, nat: dict, prior_mean: np.ndarray,
-                                prior_precision: np.ndarray, pairs: np.ndarray,
-                                theta: np.ndarray) -> np.ndarray:
+def latent_rotation_coefficients(spec, nat: dict, prior_mean: np.ndarray,
+                                 prior_precision: np.ndarray, pairs: np.ndarray) -> np.ndarray:
     """Per pair of latent columns, the log density (up to a constant) of rotating that pair by
-    θ in H, every W_v and Ω together.
+    θ in H, every W_v and Ω together, as coefficients on ``1, cos θ, sin θ, cos 2θ, sin 2θ``:
+    shape (5, n_pairs).
 
     ``h → R h`` with ``W_v → W_v Rᵀ`` and ``Ω → Ω Rᵀ`` leaves every ``W_v h`` and ``Ω h`` (so
     every likelihood term and decision value) and H's N(0, I) prior unchanged, with unit
     Jacobian; what changes are the ARD prior of the loadings, N(0, 1/r_vj) per column, and the
     frequencies' prior, here one Gaussian per entry (``prior_mean``, ``prior_precision``:
     the DP mixture given its assignments).  Both factor over columns, so disjoint pairs are
-    independent.
+    independent.  Rotating columns (a, b) by θ makes both a quadratic form in (cos θ, sin θ),
+    ``Q_cc cos² + Q_ss sin² + Q_cs 2 cos sin + L_c cos + L_s sin``, whose sums over the rows
+    are taken once here (the move then needs no rotated copies of W or Ω).
     """
     a, b = pairs[:, 0], pairs[:, 1]
-    logp = np.zeros(len(pairs))
+    q_cc = q_ss = q_cs = 0.0
     for v in range(spec.n_views):
-        W = _rotate_pairs(nat[f"W_{v}"], pairs, theta)
-        r = nat["r"][v]
-        logp -= 0.5 * (r[a] * np.sum(W[:, a] ** 2, axis=0) + r[b] * np.sum(W[:, b] ** 2, axis=0))
-    Omega = _rotate_pairs(nat["Omega"], pairs, theta)
-    quad = prior_precision * (Omega - prior_mean) ** 2
-    return logp - 0.5 * (np.sum(quad[:, a], axis=0) + np.sum(quad[:, b], axis=0))
+        W, r = nat[f"W_{v}"], nat["r"][v]
+        s_aa, s_bb = np.sum(W[:, a] ** 2, axis=0), np.sum(W[:, b] ** 2, axis=0)
+        q_cc = q_cc + r[a] * s_aa + r[b] * s_bb
+        q_ss = q_ss + r[a] * s_bb + r[b] * s_aa
+        q_cs = q_cs + (r[b] - r[a]) * np.sum(W[:, a] * W[:, b], axis=0)
+    Omega = nat["Omega"]
+    wa, wb = Omega[:, a], Omega[:, b]
+    pa, pb = prior_precision[:, a], prior_precision[:, b]
+    ma, mb = pa * prior_mean[:, a], pb * prior_mean[:, b]
+    q_cc = q_cc + np.sum(pa * wa**2 + pb * wb**2, axis=0)
+    q_ss = q_ss + np.sum(pa * wb**2 + pb * wa**2, axis=0)
+    q_cs = q_cs + np.sum((pb - pa) * wa * wb, axis=0)
+    l_c = -2.0 * np.sum(ma * wa + mb * wb, axis=0)
+    l_s = 2.0 * np.sum(ma * wb - mb * wa, axis=0)
+    # cos² = (1 + cos 2θ)/2, sin² = (1 - cos 2θ)/2, 2 cos sin = sin 2θ; the density is -½ ×
+    return -0.5 * np.stack([0.5 * (q_cc + q_ss), l_c, l_s, 0.5 * (q_cc - q_ss), q_cs])
+
+
+def latent_rotation_log_density(spec, nat: dict, prior_mean: np.ndarray,
+                                prior_precision: np.ndarray, pairs: np.ndarray,
+                                theta: np.ndarray) -> np.ndarray:
+    """Per pair of latent columns, the log density (up to a constant) of rotating that pair by
+    θ (see :func:`latent_rotation_coefficients`)."""
+    coef = latent_rotation_coefficients(spec, nat, prior_mean, prior_precision, pairs)
+    return np.einsum("kp,kp->p", _trig_basis(theta), coef)
 
 
 def draw_rotation_angles(spec, nat: dict, prior_mean: np.ndarray, prior_precision: np.ndarray,
@@ -155,15 +176,10 @@ def draw_rotation_angles(spec, nat: dict, prior_mean: np.ndarray, prior_precisio
     """One exact update of each pair's angle (from 0, the current orientation) under
     :func:`latent_rotation_log_density`.
 
-    That density is quadratic in (cos θ, sin θ), exactly a trigonometric polynomial of degree
-    2, so five evaluations give it everywhere; a slice over one whole period, randomly placed,
-    needs no stepping out.
+    That density is a trigonometric polynomial of degree 2 in θ, so a slice over one whole
+    period, randomly placed, needs no stepping out.
     """
-    knots = np.arange(5) * (2.0 * np.pi / 5)
-    values = np.array([latent_rotation_log_density(spec, nat, prior_mean, prior_precision,
-                                                   pairs, np.full(len(pairs), t))
-                       for t in knots])
-    coef = np.linalg.solve(_trig_basis(knots).T, values)     # (5, n_pairs)
+    coef = latent_rotation_coefficients(spec, nat, prior_mean, prior_precision, pairs)
     return slice_sample_independent(lambda t: np.einsum("kp,kp->p", _trig_basis(t), coef),
                                     np.zeros(len(pairs)), 2.0 * np.pi, rng, max_steps_out=1)
 
