@@ -372,3 +372,26 @@ def test_collapsed_marginal_integrates_beta_out(augmented):
         cov = Phi @ Phi.T / nat["v"] + np.diag(lam[:, 0] / spec.C**2)
         reference.append(stats.multivariate_normal(np.zeros(len(z)), cov).logpdf(z))
     np.testing.assert_allclose(np.diff(ours), np.diff(reference), rtol=1e-8, atol=1e-8)
+
+
+def test_double_precision_phases_are_remembered_exactly_and_not_pickled(augmented):
+    """The sampler's cache of cos/sin of ``H Ωᵀ``: the values of NumPy's own functions, the
+    same arrays again for the same bytes (whatever the array objects), recomputed for any
+    other point, at most four points kept, and left out of a pickled spec (a chain sent to a
+    worker process starts without it)."""
+    import pickle
+
+    _, point, _, spec = augmented
+    nat = spec.natural(point)
+    H, Omega = nat["H"], nat["Omega"]
+    cos, sin = spec.phases(H, Omega)
+    np.testing.assert_array_equal(cos, np.cos(H @ Omega.T))
+    np.testing.assert_array_equal(sin, np.sin(H @ Omega.T))
+    assert spec.phases(H.copy(), Omega.copy())[0] is cos
+    np.testing.assert_array_equal(spec.features(H, Omega), fourier_features(H, Omega))
+    moved = np.nextafter(Omega, np.inf)  # one ulp away: another point
+    assert spec.phases(H, moved)[0] is not cos
+    for c in (1.5, 2.0, 2.5, 3.0):
+        spec.phases(H, c * Omega)
+    assert len(spec._phases) == 4 and spec.phases(H, Omega)[0] is not cos
+    assert pickle.loads(pickle.dumps(spec))._phases == {}

@@ -22,7 +22,7 @@ from pymc.util import get_random_generator
 from scipy.special import gammaln
 from threadpoolctl import threadpool_limits
 
-from bayesmv.components.features import diagonal_gaussian_component_logp, fourier_features
+from bayesmv.components.features import diagonal_gaussian_component_logp
 from bayesmv.inference.slice import slice_sample_independent
 from bayesmv.linalg import (
     cho_solve_lower,
@@ -185,14 +185,14 @@ class BetaLambdaGibbs(GibbsBlockStep):
     def step(self, point):
         s, nat = self.spec, self.spec.natural(point)
         H, Omega = nat["H"], nat["Omega"]
-        Phi = fourier_features(H, Omega)
+        Phi = s.features(H, Omega)
         lams = sample_lambdas(s, Phi, nat["beta"], self.rng)
         logm, conditionals = collapsed_log_marginal(Phi, s.targets, lams, s.C, nat["v"])
         new = dict(point)
         c = float(np.exp(self.rng.normal(0.0, np.exp(self.log_scale_sd))))
         log_prior_jac = s.spectral.rescale(nat, c)[1]
         logm_c, conditionals_c = collapsed_log_marginal(
-            fourier_features(H, c * Omega), s.targets, lams, s.C, nat["v"])
+            s.features(H, c * Omega), s.targets, lams, s.C, nat["v"])
         log_ratio = logm_c - logm + log_prior_jac
         accepted = bool(np.log(self.rng.uniform()) < log_ratio)
         if accepted:
@@ -252,21 +252,24 @@ def noise_log_density_without_view_latent(resid, V, a_tau, b_tau):
     ``-½ Σ_k [A_k/(s_k² + 1/τ) + n log(s_k² + 1/τ)] - ½ (E - Σ_k A_k) τ
     + ½ n (D - K) log τ + a log τ - b τ``, O(K) per evaluation.
     """
-    stats = []
-    for e, Vv in zip(resid, V, strict=True):
+    n_views, K = len(resid), max(Vv.shape[1] for Vv in V)
+    # per view, padded to the widest V (``used`` marks the real columns): the slice sampler
+    # evaluates all views at once, several times a sweep
+    s2, A, used = np.zeros((n_views, K)), np.zeros((n_views, K)), np.zeros((n_views, K), bool)
+    rest, n, free = np.empty(n_views), np.empty(n_views), np.empty(n_views)
+    for v, (e, Vv) in enumerate(zip(resid, V, strict=True)):
         Q, sv, _ = np.linalg.svd(Vv, full_matrices=False)
-        A = np.sum((e @ Q) ** 2, axis=0)
-        stats.append((sv**2, A, float(np.sum(e**2)) - float(A.sum()), e.shape[0],
-                      e.shape[1] - len(sv)))
+        k = len(sv)
+        s2[v, :k], A[v, :k], used[v, :k] = sv**2, np.sum((e @ Q) ** 2, axis=0), True
+        rest[v] = float(np.sum(e**2)) - float(A[v].sum())
+        n[v], free[v] = e.shape[0], e.shape[1] - k
 
     def log_density(log_tau: np.ndarray) -> np.ndarray:
-        out = np.empty(len(stats))
-        for v, (s2, A, rest, n, free) in enumerate(stats):
-            tau = np.exp(log_tau[v])
-            var = s2 + 1.0 / tau
-            out[v] = (-0.5 * np.sum(A / var + n * np.log(var)) - 0.5 * rest * tau
-                      + (0.5 * n * free + a_tau) * log_tau[v] - b_tau * tau)
-        return out
+        tau = np.exp(log_tau)
+        var = s2 + 1.0 / tau[:, None]
+        along_V = np.sum(np.where(used, A / var + n[:, None] * np.log(var), 0.0), axis=1)
+        return (-0.5 * along_V - 0.5 * rest * tau + (0.5 * n * free + a_tau) * log_tau
+                - b_tau * tau)
 
     return log_density
 

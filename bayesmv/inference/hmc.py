@@ -21,7 +21,7 @@ import math
 
 import numpy as np
 
-from bayesmv.components.features import fourier_features, fourier_features_of_phases
+from bayesmv.components.features import fourier_features_of_phases
 from bayesmv.components.latent import latent_gaussian
 from bayesmv.components.likelihoods import hinge_log_pseudolikelihood
 from bayesmv.inference.gibbs import (
@@ -34,7 +34,7 @@ from bayesmv.inference.gibbs import (
     draw_gaussian_from_precision,
     sample_lambdas,
 )
-from bayesmv.linalg import solve_lower
+from bayesmv.linalg import inverse_lower, solve_lower
 
 
 def fourier_pullback(cos: np.ndarray, sin: np.ndarray, G_cos: np.ndarray,
@@ -54,10 +54,15 @@ def hinge_terms(S: np.ndarray, beta: np.ndarray, Y: np.ndarray, C: float,
     volume-preserving, reversible map) and accept or reject on float64 energies, so the
     chain's target is exact.
     """
-    M = S.shape[1]
-    S, beta = S.astype(dtype, copy=False), beta.astype(dtype, copy=False)
-    Y = Y.astype(dtype, copy=False)
-    cos, sin = np.cos(S), np.sin(S)
+    S = S.astype(dtype, copy=False)
+    return hinge_terms_of_phases(np.cos(S), np.sin(S), beta, Y, C)
+
+
+def hinge_terms_of_phases(cos: np.ndarray, sin: np.ndarray, beta: np.ndarray, Y: np.ndarray,
+                          C: float) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`hinge_terms` from the cosines and sines of the phases, in their precision."""
+    M, dtype = cos.shape[1], cos.dtype
+    beta, Y = beta.astype(dtype, copy=False), Y.astype(dtype, copy=False)
     bc, bs, b0 = beta[:, :M], beta[:, M:2 * M], beta[:, 2 * M]
     scale = 1.0 / math.sqrt(M)  # a Python float keeps float32 arrays float32
     F = scale * (cos @ bc.T + sin @ bs.T) + b0
@@ -176,6 +181,9 @@ class WhitenedLatentTarget:
 
     def __init__(self, spec, nat: dict) -> None:
         self.spec, self.Omega, self.beta = spec, nat["Omega"], nat["beta"]
+        # the chain's current H, at which the start of the trajectory is evaluated (its
+        # whitened coordinates map back to it only up to rounding; see start_at)
+        self.start, self._H = None, nat["H"]
         m = nat["H"].shape[1]
         self.mean, self.L = latent_gaussian(nat, spec.views, spec.observed_index,
                                             spec.patterns, spec.pattern_of_row)
@@ -194,10 +202,21 @@ class WhitenedLatentTarget:
             xi[r] = (h[r] - self.mean[r]) @ self.L[p]  # row form of Lᵀ (h - μ)
         return xi
 
+    def start_at(self) -> np.ndarray:
+        """The current H's whitened coordinates, remembered as the trajectory's start: its
+        energy is evaluated at H itself, whose features the previous step computed."""
+        self.start = self.to_xi(self._H)
+        return self.start
+
     def logp_grad(self, xi: np.ndarray, dtype=np.float64) -> tuple[np.ndarray, np.ndarray]:
         """Per-row log density (up to a constant) and its gradient w.r.t. ξ."""
-        logl, dS = hinge_terms(self.to_h(xi) @ self.Omega.T, self.beta, self.spec.targets,
-                               self.spec.C, dtype)
+        if dtype == np.float64:
+            h = self._H if xi is self.start else self.to_h(xi)
+            logl, dS = hinge_terms_of_phases(*self.spec.phases(h, self.Omega), self.beta,
+                                             self.spec.targets, self.spec.C)
+        else:
+            logl, dS = hinge_terms(self.to_h(xi) @ self.Omega.T, self.beta, self.spec.targets,
+                                   self.spec.C, dtype)
         gh = dS @ self.Omega
         g = -xi.copy()
         for p, r in enumerate(self.rows):
@@ -212,7 +231,7 @@ class LatentHMC(_HMCStep):
         nat = self.spec.natural(point)
         H0 = nat["H"]
         target = WhitenedLatentTarget(self.spec, nat)
-        xi0 = target.to_xi(H0)
+        xi0 = target.start_at()
         eps, n_steps = self._trajectory()
         xi, p0, mom, lp0, lp1 = self._leapfrog(target, xi0, eps, n_steps)
         log_ratio = (lp1 - 0.5 * np.sum(mom**2, axis=1)) - (lp0 - 0.5 * np.sum(p0**2, axis=1))
@@ -258,19 +277,31 @@ class FrequencyTarget:
         self.H = nat["H"]
         self.scale = (spec.spectral.prior_scale(nat, self.H.shape[1])[None, :]
                       if scale is None else scale)
+        # the chain's current Ω, at which the start of the trajectory is evaluated (θ·scale
+        # gives it back only up to rounding; see start_at)
+        self.start, self._Omega = None, nat["Omega"]
         # β | λ, Ω of each float64 evaluation, by θ: the step draws β at the point it keeps
         # (the trajectory's start or end, both evaluated in float64) without refactoring
         self._conditionals: dict[bytes, list] = {}
 
+    def start_at(self) -> np.ndarray:
+        """The current Ω in the scaled coordinates, remembered as the trajectory's start: its
+        energy is evaluated at Ω itself, whose features the previous step computed."""
+        self.start = self._Omega / self.scale
+        return self.start
+
     def logp_grad(self, theta: np.ndarray, dtype=np.float64) -> tuple[float, np.ndarray]:
         # float32 (leapfrog forces only) halves the cost of the Gaussian algebra; energies
         # are float64, so the chain's target stays exact (see hinge_terms)
-        Omega = theta * self.scale
+        Omega = self._Omega if theta is self.start else theta * self.scale
         prior, gprior = self.prior(Omega)
         H = self.H.astype(dtype, copy=False)
-        S = H @ Omega.astype(dtype).T
-        M = S.shape[1]
-        cos, sin = np.cos(S), np.sin(S)
+        if dtype == np.float64:
+            cos, sin = self.spec.phases(H, Omega)
+        else:
+            S = H @ Omega.astype(dtype).T
+            cos, sin = np.cos(S), np.sin(S)
+        M = cos.shape[1]
         lams = [lam.astype(dtype) for lam in self.lams]
         logm, conditionals, G = collapsed_log_marginal(
             fourier_features_of_phases(cos, sin), self.spec.targets.astype(dtype), lams,
@@ -347,7 +378,7 @@ class FrequencyHMC(_HMCStep):
 
     def step(self, point):
         s, nat = self.spec, self.spec.natural(point)
-        lams = sample_lambdas(s, fourier_features(nat["H"], nat["Omega"]), nat["beta"], self.rng)
+        lams = sample_lambdas(s, s.features(nat["H"], nat["Omega"]), nat["beta"], self.rng)
         collapsed = self.collapse_components and s.is_dp
         prior = None
         if collapsed:
@@ -362,8 +393,7 @@ class FrequencyHMC(_HMCStep):
         target = FrequencyTarget(s, nat, lams, self.mass_scale, prior)
         if self.tune:
             self._adapt_mass(nat["Omega"], target.scale)
-        theta0 = nat["Omega"] / target.scale
-        kept, accepted, stats = self._transition(target, theta0)
+        kept, accepted, stats = self._transition(target, target.start_at())
         new = dict(point)
         new["Omega"] = kept * target.scale if accepted else nat["Omega"]
         new["beta"] = np.array([draw_gaussian_from_precision(mean, chol, self.rng)
@@ -386,26 +416,29 @@ class CoefficientTarget:
     force_dtype = np.float64
 
     def __init__(self, Phi: np.ndarray, targets: np.ndarray, C: float, v, chols: list) -> None:
-        self.Phi, self.targets, self.C, self.chols = Phi, targets, C, chols
-        self.v = np.asarray(v, dtype=float)
+        self.targets, self.C, self.chols = targets, C, chols
+        v = np.asarray(v, dtype=float)
+        # once per step, so that an evaluation is a few matrix-vector products per task and
+        # no triangular solve: L⁻¹, the features in whitened coordinates Φ L⁻ᵀ (so f = Ψ ξ),
+        # and the prior's precision in those coordinates, L⁻¹ diag(v) L⁻ᵀ
+        self.Linv = [inverse_lower(L) for L in chols]
+        self.Psi = [Phi @ Li.T for Li in self.Linv]
+        self.prior_precision = [(Li * v) @ Li.T for Li in self.Linv]
 
     def to_beta(self, xi: np.ndarray) -> np.ndarray:
-        return np.array([solve_lower(L, x, transposed=True)
-                         for L, x in zip(self.chols, xi, strict=True)])
+        return np.array([Li.T @ x for Li, x in zip(self.Linv, xi, strict=True)])
 
     def to_xi(self, beta: np.ndarray) -> np.ndarray:
         return np.array([L.T @ b for L, b in zip(self.chols, beta, strict=True)])
 
     def logp_grad(self, xi: np.ndarray, dtype=np.float64) -> tuple[float, np.ndarray]:
         # always float64 (its force_dtype); dtype keeps the targets' common signature
-        beta = self.to_beta(xi)
-        F = self.Phi @ beta.T
-        logp = (-0.5 * float(np.sum(self.v * beta**2))
+        F = np.column_stack([Psi @ x for Psi, x in zip(self.Psi, xi, strict=True)])
+        prior = np.array([B @ x for B, x in zip(self.prior_precision, xi, strict=True)])
+        logp = (-0.5 * float(np.sum(prior * xi))
                 + float(np.sum(hinge_log_pseudolikelihood(F, self.targets, self.C))))
-        active = self.targets * F < 1.0
-        grad_beta = -self.v * beta + (2.0 * self.C * self.targets * active).T @ self.Phi
-        grad = np.array([solve_lower(L, g)
-                         for L, g in zip(self.chols, grad_beta, strict=True)])
+        G = 2.0 * self.C * self.targets * (self.targets * F < 1.0)
+        grad = np.array([Psi.T @ g for Psi, g in zip(self.Psi, G.T, strict=True)]) - prior
         return logp, grad
 
 
@@ -438,7 +471,7 @@ class CoefficientHMC(_HMCStep):
 
     def step(self, point):
         s, nat = self.spec, self.spec.natural(point)
-        Phi = fourier_features(nat["H"], nat["Omega"])
+        Phi = s.features(nat["H"], nat["Omega"])
         beta0 = nat["beta"]
         if self.tune:
             # E[λ_n | f] = 1 + C|1 - y f| (λ ~ GIG(1/2, 1, a²)), averaged over tuning

@@ -6,13 +6,17 @@ so); :class:`HybridSpec` converts between a point and natural-space parameters i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from scipy.special import expit, logit
 
 from bayesmv.builder import BuiltModel
-from bayesmv.components.features import DPMixtureSpectral, stick_breaking_weights
+from bayesmv.components.features import (
+    DPMixtureSpectral,
+    fourier_features_of_phases,
+    stick_breaking_weights,
+)
 
 
 @dataclass
@@ -36,6 +40,8 @@ class HybridSpec:
     spectral: object
     prior_precision: float
     precision_prior: tuple[float, float] | None
+    #: the last few (H, Ω) -> cos and sin of ``H Ωᵀ`` (see phases); never pickled
+    _phases: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @classmethod
     def from_built(cls, built: BuiltModel) -> HybridSpec:
@@ -54,6 +60,35 @@ class HybridSpec:
             view_loading_precision=rep._param("view_loading_precision"), spectral=fmap.spectral_,
             prior_precision=comb.prior_precision, precision_prior=comb.precision_prior,
         )
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_phases": {}}
+
+    # ------------------------------------------------------------- features
+    def phases(self, H: np.ndarray, Omega: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``cos S`` and ``sin S`` of the phases ``S = H Ωᵀ`` in double precision (read-only).
+
+        Double-precision trigonometry is the costliest elementwise work of a sweep (16× its
+        single-precision cost here), and consecutive steps evaluate the features at the same
+        (H, Ω): the λ draw and the start of Ω's HMC after the bandwidth move, the start of
+        H's HMC after Ω's.  The last four points are remembered, keyed by their exact bytes,
+        so a repeat returns the very arrays computed the first time.
+        """
+        key = (H.shape, Omega.shape, H.tobytes(), Omega.tobytes())
+        found = self._phases.get(key)
+        if found is None:
+            S = H @ Omega.T
+            found = (np.cos(S), np.sin(S))
+            for array in found:
+                array.flags.writeable = False
+            if len(self._phases) >= 4:
+                self._phases.pop(next(iter(self._phases)))
+            self._phases[key] = found
+        return found
+
+    def features(self, H: np.ndarray, Omega: np.ndarray) -> np.ndarray:
+        """``φ̃(H)`` at frequencies Ω, double precision (see :meth:`phases`)."""
+        return fourier_features_of_phases(*self.phases(H, Omega))
 
     @property
     def n_views(self) -> int:
