@@ -26,7 +26,6 @@ from bayesmv.components.features import diagonal_gaussian_component_logp
 from bayesmv.inference.slice import slice_sample_independent
 from bayesmv.linalg import (
     cho_solve_lower,
-    inverse_from_cholesky,
     solve_lower,
     weighted_gram_cholesky,
 )
@@ -135,17 +134,17 @@ def collapsed_log_marginal(Phi: np.ndarray, targets: np.ndarray, lams: list, C: 
     grad = np.zeros_like(Phi) if with_gradient else None
     for t, lam in enumerate(lams):
         chol, b = beta_precision_and_linear(Phi, targets[:, t], lam, C, v)
-        if with_gradient:
-            A_inv = inverse_from_cholesky(chol)
-            mean = A_inv @ b
-        else:
-            mean = cho_solve_lower(chol, b)
+        mean = cho_solve_lower(chol, b)
         total += 0.5 * float(b @ mean) - float(np.sum(np.log(np.diag(chol))))
         conditionals.append((mean, chol))
         if with_gradient:
             c = C * (1.0 + C / lam) * targets[:, t]
+            # two triangular solves, not an explicit A⁻¹: in single precision (the leapfrog
+            # forces) an explicit inverse lost all accuracy once a weight C²/λ_n neared 1e6
+            # (relative error 2e3 against 0.35 for the solves, N = 500)
+            Phi_Ainv = cho_solve_lower(chol, Phi.T).T
             grad += np.outer(c - C**2 * (Phi @ mean) / lam, mean)
-            grad -= C**2 * (Phi @ A_inv) / lam[:, None]
+            grad -= C**2 * Phi_Ainv / lam[:, None]
     return (total, conditionals, grad) if with_gradient else (total, conditionals)
 
 
