@@ -87,7 +87,7 @@ class M3LAK(BaseMultiViewClassifier):
         Posterior draws and tuning iterations per chain, number of chains.  Some directions
         (the frequencies' Dirichlet-process mixture, the loadings of a small view) mix
         slowly (see the README's Benchmarks), so the default keeps 2000 draws: with 4 chains
-        on the UCI digits 3 vs 5 a fit took 138-148 s on a 2-core machine (its speed varies
+        on the UCI digits 3 vs 5 a fit took 138-170 s on a 2-core machine (its speed varies
         between about half and twice that), every training decision value reached a bulk ESS
         of at least 901, and R-hat ≤ 1.010 on two of three seeds (1.011 on the third)
         (``benchmarks/m3lak_convergence.py``; the README's Benchmarks has the other tasks).
