@@ -4,8 +4,9 @@ Cholesky factorisation and triangular solves on LAPACK directly, for the sampler
 the hybrid sampler factorises and solves small systems tens of thousands of times per fit.
 ``scipy.linalg``'s wrappers validate and convert their inputs on every call, which costs
 10–20 µs, ten times the LAPACK work itself on a 10 × 10 system; these call the same LAPACK
-routines (``potrf``, ``potrs``, ``trtrs``), so the results are the same to the bit.  Inputs
-are assumed finite and two-dimensional where a matrix is expected (the samplers build them).
+routines (``potrf``, ``potrs``, ``trtrs``, ``trtri``), so the results are the same to the bit.
+Inputs are assumed finite and two-dimensional where a matrix is expected (the samplers build
+them).
 Only :func:`weighted_gram_cholesky` on float32 inputs works in single precision (the HMC
 steps' leapfrog forces, where rounding only changes the proposal), and the solves with the
 factor it returns when their right-hand side is float32 too; everything else is double.

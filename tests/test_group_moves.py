@@ -123,9 +123,8 @@ def test_latent_rotation_density_is_the_joint_change(model, latent_dim, pairs):
     enters given the DP assignments (the mixture swapped for the complete-data Gaussians,
     both written here with scipy).  Disjoint pairs add: the joint's change when both rotate
     is the sum of the pairs' densities."""
-    spec = model[3]
-    built, point, logp, spec = (model if latent_dim == 2
-                                else _build("dp_mixture" if spec.is_dp else "gaussian", 4))
+    spectral = "dp_mixture" if model[3].is_dp else "gaussian"
+    built, point, logp, spec = model if latent_dim == 2 else _build(spectral, latent_dim)
     nat = spec.natural(point)
     mean, precision = frequency_prior_given_assignments(spec, nat, np.random.default_rng(3))
     pairs = np.array(pairs)

@@ -24,11 +24,7 @@ from threadpoolctl import threadpool_limits
 
 from bayesmv.components.features import diagonal_gaussian_component_logp
 from bayesmv.inference.slice import slice_sample_independent
-from bayesmv.linalg import (
-    cho_solve_lower,
-    solve_lower,
-    weighted_gram_cholesky,
-)
+from bayesmv.linalg import cho_solve_lower, solve_lower, weighted_gram_cholesky
 
 #: below this |a| the GIG(1/2, 1, a²) conditional of λ is its a → 0 limit Gamma(1/2, rate 1/2)
 _TINY_MARGIN = 1e-10

@@ -168,7 +168,7 @@ def latent_rotation_log_density(spec, nat: dict, prior_mean: np.ndarray,
     """Per pair of latent columns, the log density (up to a constant) of rotating that pair by
     θ (see :func:`latent_rotation_coefficients`)."""
     coef = latent_rotation_coefficients(spec, nat, prior_mean, prior_precision, pairs)
-    return np.einsum("kp,kp->p", _trig_basis(theta), coef)
+    return _trig_polynomial(theta, coef)
 
 
 def draw_rotation_angles(spec, nat: dict, prior_mean: np.ndarray, prior_precision: np.ndarray,
@@ -180,7 +180,7 @@ def draw_rotation_angles(spec, nat: dict, prior_mean: np.ndarray, prior_precisio
     period, randomly placed, needs no stepping out.
     """
     coef = latent_rotation_coefficients(spec, nat, prior_mean, prior_precision, pairs)
-    return slice_sample_independent(lambda t: np.einsum("kp,kp->p", _trig_basis(t), coef),
+    return slice_sample_independent(lambda t: _trig_polynomial(t, coef),
                                     np.zeros(len(pairs)), 2.0 * np.pi, rng, max_steps_out=1)
 
 
@@ -220,3 +220,9 @@ def _trig_basis(theta: np.ndarray) -> np.ndarray:
     theta = np.asarray(theta, dtype=float)
     return np.stack([np.ones_like(theta), np.cos(theta), np.sin(theta), np.cos(2 * theta),
                      np.sin(2 * theta)])
+
+
+def _trig_polynomial(theta: np.ndarray, coef: np.ndarray) -> np.ndarray:
+    """Per pair, the degree-2 trigonometric polynomial with coefficients ``coef`` (5, n_pairs)
+    on :func:`_trig_basis`, at that pair's angle."""
+    return np.einsum("kp,kp->p", _trig_basis(theta), coef)

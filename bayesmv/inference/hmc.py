@@ -412,7 +412,7 @@ class CoefficientTarget:
     pseudo-likelihood itself (piecewise linear in β, so its gradient is bounded).
     """
 
-    #: its gradient is cheap next to the triangular solves, so the forces stay exact
+    #: its gradient is a few matrix-vector products a task, so the forces stay exact
     force_dtype = np.float64
 
     def __init__(self, Phi: np.ndarray, targets: np.ndarray, C: float, v, chols: list) -> None:
