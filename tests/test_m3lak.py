@@ -247,8 +247,9 @@ def test_hybrid_and_nuts_target_the_same_posterior():
 @pytest.mark.parametrize("view_sizes", [(76, 216, 64, 240, 47, 6), (10, 10, 10), (5, 4),
                                         (3, 2), (30, 8), (1000, 2)])
 def test_auto_latent_dims_leave_a_typical_view_out_of_exact_reach(view_sizes):
-    """The latent (m + K dimensions) cannot reproduce the median view, the shared latent keeps
-    the paper's order of size where the views allow it, and both are at least 1."""
+    """The latent (m + K dimensions) cannot reproduce the median view, is the largest that
+    cannot (the classifier sees the views only through it), keeps the paper's order of size
+    where the views allow it, and both are at least 1."""
     from bayesmv.components.latent import auto_latent_dims
 
     m, K = auto_latent_dims(view_sizes)
@@ -257,6 +258,8 @@ def test_auto_latent_dims_leave_a_typical_view_out_of_exact_reach(view_sizes):
     assert m <= 10 and K == 1  # the authors' code used K = 1; more columns mix slowly
     if typical >= 4:
         assert m + K < typical
+        # one more shared column would reach the median view (rounded down)
+        assert m == 10 or m + K + 1 >= int(typical)
     if typical >= 20:
         assert m == 10
 

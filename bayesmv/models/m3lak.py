@@ -55,10 +55,10 @@ class M3LAK(BaseMultiViewClassifier):
     Parameters
     ----------
     latent_dim : int or "auto", default "auto"
-        Shared latent dimension m.  ``"auto"`` takes ``m = min(10, D/2)`` with D the median
+        Shared latent dimension m.  ``"auto"`` takes ``m = min(10, D - 2)`` with D the median
         view size and, for ``view_latent_dim="auto"``, ``K = 1``
         (:func:`bayesmv.components.latent.auto_latent_dims`): 10 and 1 on the UCI digits,
-        5 and 1 on three views of 10.  A latent that can reproduce a view exactly
+        8 and 1 on three views of 10.  A latent that can reproduce a view exactly
         (``m + K ≥ D_v`` for most views) leaves the sampler to cross between nearly equivalent
         splits of each view between the shared and the view-specific latent, which it rarely
         does (R-hat of the decision values up to 1.9 on such data), and more view-specific
