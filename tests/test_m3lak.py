@@ -275,6 +275,9 @@ def test_latent_dims_auto_is_resolved_from_the_views_and_explicit_sizes_are_kept
     assert post["W_0"].shape[-2:] == (sizes[0], m) and post["V_0"].shape[-1] == K
     assert m + K < np.median(sizes)
     assert M3LAK(latent_dim=3, view_latent_dim=2)._latent().dims(sizes) == (3, 2)
+    # an explicit K: the automatic m still leaves a typical view out of exact reach
+    m3, K3 = M3LAK(view_latent_dim=3)._latent().dims([10, 10, 10])
+    assert K3 == 3 and m3 + K3 == 9
     with pytest.raises(ValueError, match="latent_dim must be a positive integer or 'auto'"):
         M3LAK(latent_dim="big").fit(X, y)
 

@@ -55,7 +55,7 @@ class M3LAK(BaseMultiViewClassifier):
     Parameters
     ----------
     latent_dim : int or "auto", default "auto"
-        Shared latent dimension m.  ``"auto"`` takes ``m = min(10, D - 2)`` with D the median
+        Shared latent dimension m.  ``"auto"`` takes ``m = min(10, D - 1 - K)`` with D the median
         view size and, for ``view_latent_dim="auto"``, ``K = 1``
         (:func:`bayesmv.components.latent.auto_latent_dims`): 10 and 1 on the UCI digits,
         8 and 1 on three views of 10.  A latent that can reproduce a view exactly
