@@ -117,8 +117,11 @@ def test_impossible_compositions_are_refused_with_what_would_fit(cell, refused_b
         make(*cell)
 
 
-def check_fit(builder: ModelBuilder, inference: str, small, chains: int = 2
-              ) -> MultiViewClassifier:
+def check_fit(builder: ModelBuilder, inference: str, small, chains: int = 2, *,
+              save_to=None, pymc_tools: bool = False) -> MultiViewClassifier:
+    """Fit, predict, and with ``save_to`` (a folder) save, load and predict identically; with
+    ``pymc_tools`` draw the fitted graph and sample its prior predictive (PyMC's own tools,
+    on the graph rebuilt after loading when it was saved)."""
     X, y, Xt, _ = small
     est = MultiViewClassifier(builder, inference=inference, draws=40, tune=40, chains=chains,
                               random_seed=0).fit(X, y)
@@ -127,6 +130,14 @@ def check_fit(builder: ModelBuilder, inference: str, small, chains: int = 2
     assert np.all(est.predict(Xt) == est.classes_[np.argmax(proba, axis=1)])
     assert "f" in est.idata_.posterior and est.inference_ == est.idata_.posterior.attrs[
         "inference"]
+    loaded = est
+    if save_to is not None:
+        loaded = bayesmv.load(est.save(save_to / "model.nc"))
+        np.testing.assert_array_equal(loaded.predict_proba(Xt), proba)
+    if pymc_tools:
+        assert "f" in pm.model_to_graphviz(loaded.model_).source
+        prior = pm.sample_prior_predictive(draws=5, model=est.model_, random_seed=0)
+        assert np.all(np.isfinite(prior.prior["f"].values))
     return est
 
 
@@ -151,16 +162,9 @@ _PYTHON_OPS_CELLS = {0, 1, 4, 5, 6, 7}
     for i, case in enumerate(PROMISED)], ids=[" + ".join(c) + f" / {i}" for c, i, _ in PROMISED])
 def test_promised_cells_fit_predict_round_trip_and_work_with_pymc(cell, inference, engine,
                                                                   small, tmp_path):
-    est = check_fit(make(*cell), inference, small, chains=1 if engine == "nuts" else 2)
+    est = check_fit(make(*cell), inference, small, chains=1 if engine == "nuts" else 2,
+                    save_to=tmp_path, pymc_tools=inference == "map")
     assert est.inference_ == engine  # "auto" states the engine it chose
-    Xt = small[2]
-    path = est.save(tmp_path / "model.nc")
-    loaded = bayesmv.load(path)
-    np.testing.assert_array_equal(loaded.predict_proba(Xt), est.predict_proba(Xt))
-    if inference == "map":  # PyMC's own tools on the fitted graph (rebuilt after loading)
-        assert "f" in pm.model_to_graphviz(loaded.model_).source
-        prior = pm.sample_prior_predictive(draws=5, model=est.model_, random_seed=0)
-        assert np.all(np.isfinite(prior.prior["f"].values))
 
 
 # long: PyTensor compiles about 100 C modules for this graph's gradient (the DP mixture's),
@@ -186,7 +190,7 @@ def test_shared_latent_with_dp_random_features_and_logistic_fits_by_nuts(small):
 
 def test_an_engine_that_does_not_apply_is_refused_before_fitting(small):
     X, y, _, _ = small
-    with pytest.raises(ValueError, match="no inference engine applies.*RhoTMVRKM"):
+    with pytest.raises(ValueError, match="'auto' does not apply.*RhoTMVRKM"):
         MultiViewClassifier(make("identity", "view kernels", "rho-tensor", "Gaussian")).fit(X, y)
     est = MultiViewClassifier(make("identity", "linear", "sum", "hinge"), inference="laplace")
     with pytest.raises(ValueError, match="hinge pseudo-likelihood has zero curvature"):
@@ -339,9 +343,10 @@ def _buildable():
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("cell, inference", _buildable(),
                          ids=[" + ".join(c) + f" / {i}" for c, i in _buildable()])
-def test_every_buildable_cell_fits_or_refuses_the_engine_before_fitting(cell, inference, small):
+def test_every_buildable_cell_fits_or_refuses_the_engine_before_fitting(cell, inference, small,
+                                                                       tmp_path):
     try:
-        check_fit(make(*cell), inference, small)
+        check_fit(make(*cell), inference, small, save_to=tmp_path, pymc_tools=True)
     except ValueError as err:
         assert "does not apply" in str(err) or "full Hessian" in str(err), str(err)
 

@@ -68,7 +68,3 @@ class SumCombiner(Component):
         if self.flat_bias:
             out["bias"] = np.zeros(ctx.n_tasks)
         return out
-
-    @staticmethod
-    def evaluate(draw: dict, Phi: np.ndarray) -> np.ndarray:
-        return Phi @ draw["beta"].T + draw.get("bias", 0.0)

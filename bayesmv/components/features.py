@@ -39,20 +39,28 @@ from bayesmv.components.linear import fill_missing, publish_view_features
 from bayesmv.data import MultiViewData
 
 
-def fourier_features(Z: np.ndarray, Omega: np.ndarray) -> np.ndarray:
-    """NumPy ``φ̃(Z)`` of shape (n, 2M + 1)."""
+def fourier_features(Z, Omega, *, constant: bool = True, xp=np):
+    """``φ̃(Z) = [cos S, sin S, √M]/√M`` with ``S = Z Ωᵀ``, shape (..., 2M + 1); without
+    ``constant``, ``φ(Z)`` of shape (..., 2M).
+
+    The one definition of the map, for NumPy (``xp=np``) and for the model graph
+    (``xp=pytensor.tensor``, with Ω of static shape ``(M, m)``).
+    """
     S = Z @ Omega.T
-    return fourier_features_of_phases(np.cos(S), np.sin(S))
+    return fourier_features_of_phases(xp.cos(S), xp.sin(S), constant=constant, xp=xp)
 
 
-def fourier_features_of_phases(cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
-    """``φ̃ = [cos S, sin S, √M]/√M`` from the cosines and sines of the phases ``S = Z Ωᵀ``
-    (for callers that need them again, e.g. for a gradient)."""
-    M = cos.shape[1]
+def fourier_features_of_phases(cos, sin, *, constant: bool = True, xp=np):
+    """``φ̃ = [cos S, sin S, √M]/√M`` (or ``φ`` without ``constant``) from the cosines and
+    sines of the phases ``S = Z Ωᵀ``, along the last axis (for callers that need them again,
+    e.g. for a gradient, or that damp them)."""
+    M = cos.type.shape[-1] if xp is not np else cos.shape[-1]
     # a Python float, not np.sqrt's float64 scalar, which would promote float32 phases
     root = math.sqrt(M)
-    bias = np.full((cos.shape[0], 1), root, dtype=cos.dtype)
-    return np.concatenate([cos, sin, bias], axis=1) / root
+    parts = [cos, sin]
+    if constant:
+        parts.append(xp.full((*cos.shape[:-1], 1), root, dtype=cos.dtype))
+    return xp.concatenate(parts, axis=-1) / root
 
 
 def stick_breaking_weights(sticks: np.ndarray) -> np.ndarray:
@@ -368,16 +376,10 @@ class RandomFourierFeatures(Component):
                 ctx.add_coord(f"input_{v}", X.shape[1])
                 Omega = self.spectral_.build(ctx, M, X.shape[1], suffix=f"_{v}",
                                              input_dim=f"input_{v}")
-                S = pt.as_tensor(X) @ Omega.T
-                blocks.append(pt.concatenate([pt.cos(S), pt.sin(S)], axis=1) / np.sqrt(M))
+                blocks.append(fourier_features(pt.as_tensor(X), Omega, constant=False, xp=pt))
             return publish_view_features(ctx, blocks, None, [2 * M] * len(views))
-        m = ctx.sizes["latent"]
-        Omega = self.spectral_.build(ctx, M, m)
-        S = Z @ Omega.T
-        n = Z.shape[0]
-        Phi = pt.concatenate([pt.cos(S), pt.sin(S), pt.full((n, 1), np.sqrt(M))],
-                             axis=1) / np.sqrt(M)
-        return publish_view_features(ctx, [Phi], None, [2 * M + 1])
+        Omega = self.spectral_.build(ctx, M, ctx.sizes["latent"])
+        return publish_view_features(ctx, [fourier_features(Z, Omega, xp=pt)], None, [2 * M + 1])
 
     def initial_values(self, ctx: BuildContext, rng) -> dict[str, np.ndarray]:
         if "latent" in ctx.sizes:
@@ -388,6 +390,3 @@ class RandomFourierFeatures(Component):
             out.update(self.spectral_.initial_values(self._param("n_frequencies"), X.shape[1], rng,
                                                      suffix=f"_{v}"))
         return out
-
-    def evaluate(self, draw: dict, Z: np.ndarray) -> np.ndarray:
-        return fourier_features(Z, draw["Omega"])

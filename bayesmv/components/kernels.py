@@ -35,6 +35,7 @@ from bayesmv.components.base import (
     Component,
     ViewFeatures,
 )
+from bayesmv.components.features import fourier_features_of_phases
 from bayesmv.components.linear import fill_missing, publish_view_features
 from bayesmv.data import MultiViewData
 
@@ -174,9 +175,9 @@ class ViewRandomFeatures(Component):
                 continue
             S = X @ (np.sqrt(2.0 * gamma) * E).T
             phase += S
-            per_view.append(np.concatenate([np.cos(S), np.sin(S)], axis=1) / np.sqrt(M))
-        joint = (np.concatenate([np.cos(phase) * linear_factor, np.sin(phase) * linear_factor],
-                                axis=1) / np.sqrt(M))
+            per_view.append(fourier_features_of_phases(np.cos(S), np.sin(S), constant=False))
+        joint = fourier_features_of_phases(np.cos(phase) * linear_factor,
+                                           np.sin(phase) * linear_factor, constant=False)
         return per_view, joint
 
     def build(self, ctx: BuildContext, data: MultiViewData) -> ViewFeatures:

@@ -174,7 +174,8 @@ def resolve(built: BuiltModel, inference: str) -> str:
     if inference == "auto":
         chosen = next((name for name in AUTO_ORDER if why_not(built, name) is None), None)
         if chosen is None:
-            raise ValueError(f"no inference engine applies: {why_not(built, 'nuts')}")
+            raise ValueError("inference='auto' does not apply: no engine fits this model "
+                             f"({why_not(built, 'nuts')})")
         return chosen
     reason = why_not(built, inference)
     if reason is not None:

@@ -20,6 +20,7 @@ from bayesmv.components import (
     SharedLatent,
     SumCombiner,
 )
+from bayesmv.components.features import fourier_features, fourier_features_of_phases
 from bayesmv.components.likelihoods import (
     class_probabilities,
     hinge_decision_value,
@@ -380,7 +381,6 @@ class M3LAK(BaseMultiViewClassifier):
         for draw in self._draws():
             mean, chols, pattern = latent.latent_posterior(draw, data)
             Omega, beta = draw["Omega"], draw["beta"]
-            bc, bs, b0 = beta[:, :M], beta[:, M:2 * M], beta[:, 2 * M]
             if not sample_latent:
                 # E over h* ~ N(μ, P⁻¹) in closed form: E cos(ωᵀh) = cos(ωᵀμ)·exp(-ωᵀP⁻¹ω/2)
                 damp = np.empty((data.n_samples, M))
@@ -388,8 +388,8 @@ class M3LAK(BaseMultiViewClassifier):
                     Linv_omega = np.linalg.solve(chols[p], Omega.T)  # L⁻¹ ω_j
                     damp[pattern == p] = np.exp(-0.5 * np.sum(Linv_omega**2, axis=0))
                 S = mean @ Omega.T
-                out.append(damp * np.cos(S) @ bc.T / np.sqrt(M)
-                           + damp * np.sin(S) @ bs.T / np.sqrt(M) + b0)
+                out.append(fourier_features_of_phases(damp * np.cos(S), damp * np.sin(S))
+                           @ beta.T)
                 continue
             # common random numbers: every row uses the same z, so that a row's Monte-Carlo
             # average does not change with the batch it is predicted in
@@ -398,8 +398,7 @@ class M3LAK(BaseMultiViewClassifier):
             for p in range(len(chols)):
                 # h = μ + L^{-T} z  (row form z L⁻¹)
                 noise[:, pattern == p] = np.linalg.solve(chols[p], z.T).T[:, None, :]
-            S = (mean + noise) @ Omega.T
-            out.append((np.cos(S) @ bc.T + np.sin(S) @ bs.T) / np.sqrt(M) + b0)
+            out.append(fourier_features(mean + noise, Omega) @ beta.T)
         return np.asarray(out)
 
     def _log_predictive(self, X) -> tuple[np.ndarray, np.ndarray]:
