@@ -144,7 +144,8 @@ class M3LAKProblem:
                      view_latent_dim=self.view_latent_dim, n_components=self.n_components,
                      concentration=self.concentration, bandwidth=self.bandwidth, a_r=self.a_r,
                      b_r=self.b_r, a_tau=self.a_tau, b_tau=self.b_tau,
-                     view_loading_precision=self.view_loading_precision, v_prior=self.v_prior,
+                     view_loading_precision=self.view_loading_precision,
+                     precision_prior=self.v_prior,
                      spectral="dp_mixture")
 
     def probe(self) -> tuple[np.ndarray, ...]:

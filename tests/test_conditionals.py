@@ -33,7 +33,7 @@ pytestmark = pytest.mark.python_ops
 
 def _estimator():
     return M3LAK(latent_dim=2, n_frequencies=3, view_latent_dim=1, n_components=3,
-                 v_prior=(2.0, 1.0), C=0.8)
+                 precision_prior=(2.0, 1.0), C=0.8)
 
 
 def _data():

@@ -355,3 +355,39 @@ def test_float32_phases_give_float32_features():
     np.testing.assert_allclose(
         Phi, np.concatenate([np.cos(S), np.sin(S), np.full((4, 1), np.sqrt(3))], 1) / np.sqrt(3),
         rtol=1e-6)
+
+
+def test_fourier_map_is_one_definition_in_numpy_and_in_the_graph():
+    """The graph's features (``xp=pytensor.tensor``) are the NumPy map's, and both are the
+    textbook ``[cos Ωz, sin Ωz, √M]/√M`` written out here; a batch axis in front is kept."""
+    import pytensor.tensor as pt
+
+    from bayesmv.components.features import fourier_features
+
+    rng = np.random.default_rng(1)
+    Z, Omega = rng.standard_normal((2, 6, 3)), rng.standard_normal((5, 3))
+    S = Z @ Omega.T
+    expected = np.concatenate([np.cos(S), np.sin(S), np.full((2, 6, 1), np.sqrt(5))], -1) / 5**0.5
+    np.testing.assert_allclose(fourier_features(Z, Omega), expected, rtol=1e-14)
+    np.testing.assert_allclose(fourier_features(Z[0], Omega, constant=False),
+                               expected[0, :, :10], rtol=1e-14)
+    Om = pt.constant(Omega)
+    graph = fourier_features(pt.as_tensor(Z[0]), Om, xp=pt).eval()
+    np.testing.assert_allclose(graph, expected[0], rtol=1e-12)
+
+
+def test_view_kernels_match_scikit_learn():
+    """RBF and linear Grams (the exact per-view kernels, the Nyström and landmark maps) against
+    scikit-learn's ``rbf_kernel`` and ``linear_kernel``: an independent implementation."""
+    from sklearn.metrics.pairwise import linear_kernel, rbf_kernel
+
+    from bayesmv.components.kernels import squared_distances, view_gram
+
+    rng = np.random.default_rng(2)
+    A, B = rng.standard_normal((7, 4)), rng.standard_normal((5, 4))
+    np.testing.assert_allclose(view_gram("rbf", A, B, 0.3), rbf_kernel(A, B, gamma=0.3),
+                               rtol=1e-12)
+    square = view_gram("rbf", A, None, 0.3)
+    np.testing.assert_allclose(square, rbf_kernel(A, gamma=0.3), rtol=1e-12)
+    assert np.all(np.diag(square) == 1.0) and np.all(np.diag(squared_distances(A, A)) == 0.0)
+    np.testing.assert_allclose(view_gram("linear", A, B, None), linear_kernel(A, B), rtol=1e-12)

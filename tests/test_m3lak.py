@@ -180,7 +180,7 @@ def test_keep_warmup_adds_the_tuning_iterations_and_changes_no_draw():
 
 def test_gaussian_spectral_and_learned_prior_precision():
     X, y = _toy(n=30, seed=3)
-    est = M3LAK(spectral="gaussian", v_prior=(2.0, 2.0), random_seed=0,
+    est = M3LAK(spectral="gaussian", precision_prior=(2.0, 2.0), random_seed=0,
                 **dict(TINY, draws=30, tune=30))
     with pytest.warns(ConvergenceWarning):
         est.fit(X, y)

@@ -620,7 +620,7 @@ def test_nuts_diagnostics_are_judged_on_f():
     report = est.convergence_
     assert report.var_names == ("f",)
     assert "not identifiable" in report.note and "f" in report.note
-    assert est.idata_.posterior.attrs["inference"] == "mcmc"
+    assert est.idata_.posterior.attrs["inference"] == "nuts"
     assert est.idata_.posterior["f"].shape == (2, 300, 60, 1)
     assert report.max_r_hat < 1.05 and report.min_ess_bulk > 150
     assert est.idata_.fit.attrs["point_estimate"] == "highest-density draw"

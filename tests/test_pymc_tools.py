@@ -140,7 +140,7 @@ def test_prior_draws_have_the_priors_mean_and_variance(built):
     if name.startswith("M3LAK"):
         beta = post["beta"].values[0].reshape(DRAWS, -1)                # N(0, 1/v)
         _assert_mean(beta.mean(axis=1), 0.0)
-        _assert_mean((beta**2).mean(axis=1), 1.0 / est.v)
+        _assert_mean((beta**2).mean(axis=1), 1.0 / est.prior_precision)
         omega = post["Omega"].values[0].reshape(DRAWS, -1)
         m = len(model.coords["latent"])
         # Gaussian: N(0, bandwidth²/m); DP mixture: E[σ²](1 + 1/κ₀) with E[σ²] =

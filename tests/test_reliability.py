@@ -179,6 +179,7 @@ PARAM_CASES = [
     ("M3LAK", {"n_frequencies": 0}, "n_frequencies must be a positive integer"),
     ("M3LAK", {"draws": 0}, "draws must be a positive integer"),
     ("M3LAK", {"cores": 0}, "cores must be None or a positive integer"),
+    ("M3LAK", {"precision_prior": (1.0,)}, "precision_prior must be None or a pair"),
     ("M3LAK", {"v_prior": (1.0,)}, "v_prior must be None or a pair"),
     ("M3LAK", {"random_seed": -1}, "random_seed must be None or a non-negative integer"),
     ("M3LAK", {"sampler": "gibbs"}, "sampler must be"),

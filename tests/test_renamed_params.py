@@ -83,8 +83,9 @@ def test_mvml_lmbda_and_eta():
 
 def test_m3lak_renamed_parameters_reach_the_built_model():
     """M3LAK fits are slow: the resolved values in the built graph's components instead."""
-    old = dict(n_features=7, eta=20.0, alpha=0.4)
-    new = dict(n_frequencies=7, view_loading_precision=20.0, concentration=0.4)
+    old = dict(n_features=7, eta=20.0, alpha=0.4, v=2.5, v_prior=(3.0, 2.0))
+    new = dict(n_frequencies=7, view_loading_precision=20.0, concentration=0.4,
+               prior_precision=2.5, precision_prior=(3.0, 2.0))
     X, y = _data(20)
     common = dict(latent_dim=2, view_latent_dim=1, n_components=3)
     with warnings.catch_warnings():
@@ -92,17 +93,21 @@ def test_m3lak_renamed_parameters_reach_the_built_model():
         a = M3LAK(**common, **new).build_model(X, y)
     with pytest.warns(FutureWarning) as record:
         b = M3LAK(**common, **old).build_model(X, y)
-    assert len(record) == 3
+    assert len(record) == 5
     for built in (a, b):
         fmap = built.builder.feature_map
         assert fmap.n_frequencies == 7 and fmap.spectral.concentration == 0.4
         assert built.builder.representation.view_loading_precision == 20.0
         assert len(built.model.coords["frequency"]) == 7
+        combiner = built.builder.combiner
+        assert combiner.prior_precision == 2.5 and combiner.precision_prior == (3.0, 2.0)
     _check_params(M3LAK(**old), old, new)
     with pytest.raises(ValueError, match="^n_features must be a positive integer"):
         M3LAK(n_features=0).build_model(X, y)
     with pytest.raises(ValueError, match="^concentration must be"):
         M3LAK(concentration=0.0).build_model(X, y)
+    with pytest.raises(ValueError, match="^v must be"):
+        M3LAK(v=-1.0).build_model(X, y)
 
 
 @pytest.mark.parametrize("old,new,make", [

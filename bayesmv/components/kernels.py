@@ -23,7 +23,6 @@ from collections.abc import Sequence
 import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
-from sklearn.metrics.pairwise import euclidean_distances, linear_kernel, rbf_kernel
 
 from bayesmv.components.base import (
     FIXED,
@@ -49,14 +48,30 @@ def view_gram(kind: str, A: np.ndarray, B: np.ndarray | None, gamma: float | Non
               ) -> np.ndarray:
     """Gram matrix ``k(A_i, B_j)`` of one view's kernel (B = A when None)."""
     if kind == "rbf":
-        return rbf_kernel(A, B, gamma=gamma)
-    return linear_kernel(A, B)
+        return rbf_gram(squared_distances(A, B), gamma)
+    return A @ (A if B is None else B).T
+
+
+def rbf_gram(sqdist, gamma, xp=np):
+    """The RBF kernel ``exp(-γ ||a - b||²)`` from squared distances, in NumPy or, with
+    ``xp=pytensor.tensor``, in the model graph: the one definition of both."""
+    return xp.exp(-gamma * sqdist)
 
 
 def squared_distances(A: np.ndarray, B: np.ndarray | None = None) -> np.ndarray:
-    """``||A_i - B_j||²`` with exact zeros on the diagonal when B is None."""
-    D = euclidean_distances(A, B, squared=True)
-    if B is None:
+    """``||A_i - B_j||²``, clipped at 0 against rounding, with exact zeros on the diagonal
+    when B is None (or A itself).
+
+    Expanded as ``||a||² + ||b||² - 2 aᵀb`` (one matrix product), as scikit-learn's
+    ``euclidean_distances`` does, without its input checks, which cost more than the product
+    on the small blocks the Nyström and landmark maps compare.
+    """
+    square = B is None or B is A
+    B = A if B is None else B
+    D = (np.einsum("ij,ij->i", A, A)[:, None] + np.einsum("ij,ij->i", B, B)[None, :]
+         - 2.0 * (A @ B.T))
+    np.maximum(D, 0.0, out=D)
+    if square:
         np.fill_diagonal(D, 0.0)
     return D
 
@@ -93,7 +108,7 @@ class ViewKernels(Component):
             if gamma is None:
                 lo, hi = np.log(np.asarray(GAMMA_RANGE) / X.shape[1])
                 gamma = pt.exp(pm.Uniform(f"log_gamma_{v}", lo, hi))
-            grams.append(pt.exp(-gamma * D2))
+            grams.append(rbf_gram(D2, gamma, xp=pt))
         return grams
 
     def initial_values(self, ctx: BuildContext, rng=None) -> dict[str, np.ndarray]:

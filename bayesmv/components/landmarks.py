@@ -38,7 +38,6 @@ import pymc as pm
 import pytensor.tensor as pt
 from scipy import linalg, optimize
 from sklearn.base import clone
-from sklearn.metrics.pairwise import rbf_kernel
 from threadpoolctl import threadpool_limits
 
 from bayesmv.components.base import (
@@ -49,6 +48,7 @@ from bayesmv.components.base import (
     Component,
     ViewFeatures,
 )
+from bayesmv.components.kernels import view_gram
 from bayesmv.components.linear import publish_view_features
 from bayesmv.data import MultiViewData
 
@@ -261,7 +261,7 @@ class LandmarkFeatures(Component):
         out = np.full((n, L * len(views)), np.nan)
         for v, (X, lm, g) in enumerate(zip(views, self.landmarks_, self.gamma_, strict=True)):
             rows = observed[:, v]
-            out[rows, v * L:(v + 1) * L] = rbf_kernel(X[rows], lm, gamma=g)
+            out[rows, v * L:(v + 1) * L] = view_gram("rbf", X[rows], lm, g)
         return out
 
     def similarities(self, data: MultiViewData) -> np.ndarray:

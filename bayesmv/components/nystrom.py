@@ -33,6 +33,7 @@ from bayesmv.components.base import (
     Component,
     ViewFeatures,
 )
+from bayesmv.components.kernels import KERNELS, view_gram
 from bayesmv.components.linear import publish_view_features
 from bayesmv.data import MultiViewData, block_slices
 
@@ -91,14 +92,10 @@ def check_complete_views(data: MultiViewData, argument: str = "X") -> None:
 
 
 def _kernel(X: np.ndarray, Y: np.ndarray, name: str, gamma: float | None) -> np.ndarray:
-    """``k(X, Y)``; RBF and linear directly in NumPy (scikit-learn's input checks cost more
-    than the kernel on small data), the rest through ``pairwise_kernels``."""
-    if name == "rbf":
-        sq = (np.einsum("ij,ij->i", X, X)[:, None] + np.einsum("ij,ij->i", Y, Y)[None, :]
-              - 2.0 * (X @ Y.T))
-        return np.exp(-gamma * np.maximum(sq, 0.0))
-    if name == "linear":
-        return X @ Y.T
+    """``k(X, Y)``; RBF and linear as the exact per-view kernels compute them, the rest
+    through scikit-learn's ``pairwise_kernels``."""
+    if name in KERNELS:
+        return view_gram(name, X, Y, gamma)
     params = {} if gamma is None else {"gamma": gamma}
     return pairwise_kernels(X, Y, metric=name, filter_params=True, **params)
 

@@ -52,7 +52,7 @@ import numpy as np
 from scipy import linalg, optimize
 from scipy.special import expit, logit
 
-from bayesmv.components.kernels import GAMMA_RANGE, squared_distances
+from bayesmv.components.kernels import GAMMA_RANGE, rbf_gram, squared_distances
 from bayesmv.components.tensor import combine_kernels, mix_sum_and_product, tau_of
 from bayesmv.inference.conjugate import (
     KernelPosterior,
@@ -93,7 +93,7 @@ class _ViewGrams:
                      for k, X in zip(self.kernels, views, strict=True)]
 
     def grams(self, gammas: Sequence[float | None]) -> list[np.ndarray]:
-        return [np.exp(-g * B) if k == "rbf" else B
+        return [rbf_gram(B, g) if k == "rbf" else B
                 for k, g, B in zip(self.kernels, gammas, self.base, strict=True)]
 
 

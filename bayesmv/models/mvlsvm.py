@@ -358,7 +358,7 @@ class MVLSVM(BaseMultiViewClassifier):
                                                                     targets=targets)[0]
         if link is None:  # uncalibrated, or a class with fewer than 2 rows
             link = C / (2.0 * N)
-        idata.posterior.attrs["inference"] = "map" if self.inference == "map" else "mcmc"
+        idata.posterior.attrs["inference"] = self.inference  # "map" or "gibbs"
         idata.posterior.attrs["sampling_seconds"] = elapsed
         idata.posterior.attrs["calibration"] = how
         idata.posterior.attrs["calibration_seconds"] = time.perf_counter() - start

@@ -48,7 +48,11 @@ from bayesmv.data import (
     check_views,
     label_tasks,
 )
-from bayesmv.diagnostics.convergence import check_convergence, warn_if_not_converged
+from bayesmv.diagnostics.convergence import (
+    check_convergence,
+    inference_kind,
+    warn_if_not_converged,
+)
 from bayesmv.inference.engines import EngineSettings, draws_to_idata, fit_map, point_function
 from bayesmv.inference.optimize import (
     FlatLogp,
@@ -240,8 +244,7 @@ class _MVMCore(RenamedParameters):
         """Fit the graph; return (idata, info for attrs, point estimate of named variables)."""
         model = built.model
         seeds = np.random.SeedSequence(self.random_seed).spawn(self.n_init + 1)
-        info: dict[str, Any] = {"inference": "mcmc" if self.inference == "nuts"
-                                else self.inference}
+        info: dict[str, Any] = {"inference": self.inference}
         if self.inference == "nuts":
             var_names = [rv.name for rv in model.free_RVs] + ["f"]
             idata = run_sampler(
@@ -562,7 +565,8 @@ class MVM(_MVMCore, BaseMultiViewClassifier):
         NUTS draws) with ``A_v``, ``f`` (training decision values; for Laplace the
         linearised ones) and any ``prior_rate``; ``fit`` (the point estimate: the best mode;
         Laplace sds); ``observed_data``.
-        ``posterior.attrs["inference"]`` is "map", "laplace" or "mcmc".
+        ``posterior.attrs["inference"]`` is the engine: "map", "laplace" or "nuts" (the
+        names of :class:`~bayesmv.MultiViewClassifier`; files saved before said "mcmc").
     convergence_ : ConvergenceReport or None
         For NUTS: R-hat / ESS / divergences judged on ``f``.
 
@@ -706,7 +710,7 @@ class MVM(_MVMCore, BaseMultiViewClassifier):
         self.n_features_in_ = int(sum(self.layout_.view_sizes))
         self.factors_ = self._factors_from_idata()
         self.convergence_ = None
-        if self.idata_.posterior.attrs.get("inference") == "mcmc":
+        if inference_kind(self.idata_) == "mcmc":  # "nuts" (older files: "mcmc")
             self.convergence_ = self._convergence_report(self.idata_)
 
     # ----------------------------------------------------------- prediction
@@ -1029,5 +1033,5 @@ class MVMRegressor(_MVMCore, RegressorMixin, BaseEstimator):
         self.n_features_in_ = int(sum(self.layout_.view_sizes))
         self.factors_ = self._factors_from_idata()
         self.convergence_ = None
-        if self.idata_.posterior.attrs.get("inference") == "mcmc":
+        if inference_kind(self.idata_) == "mcmc":  # "nuts" (older files: "mcmc")
             self.convergence_ = self._convergence_report(self.idata_)
