@@ -167,6 +167,15 @@ class Identity(Component):
         return ctx.data
 
 
+def project_factors(dot, A, D: int, n):
+    """``z_vᵀ A`` of shape (n, T, k) for factors A of shape (T, D + 1, k), bias row last, where
+    ``dot(B)`` is ``x_v B``: the one definition for NumPy arrays and the graph's tensors (the
+    view's product with all T·k columns at once, dense or sparse as ``dot`` makes it)."""
+    T, k = A.shape[0], A.shape[2]
+    B = A[:, :D, :].transpose(1, 0, 2).reshape((D, T * k))
+    return dot(B).reshape((n, T, k)) + A[:, D, :][None, :, :]
+
+
 @dataclass
 class ViewFeatures:
     """What a per-view feature map hands to a combiner: one block ``φ_v`` per view.
@@ -206,11 +215,8 @@ class ViewFeatures:
 
     def project(self, v: int, A: Any) -> Any:
         """Graph of ``z_vᵀ A`` with ``A`` of shape (T, d_v + 1, k): returns (n, T, k)."""
-        D = self.widths[v]
-        T, k = A.shape[0], A.shape[2]
-        B = A[:, :D, :].dimshuffle(1, 0, 2).reshape((D, T * k))
-        XB = self.dot(v, B)
-        return XB.reshape((self.tensors[v].shape[0], T, k)) + A[:, D, :][None, :, :]
+        return project_factors(lambda B: self.dot(v, B), A, self.widths[v],
+                               self.tensors[v].shape[0])
 
     def linear(self, beta: Any) -> Any:
         """Graph of ``[φ_1, …, φ_V] βᵀ`` for ``β`` of shape (T, Σ d_v), block by block."""

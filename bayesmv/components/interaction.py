@@ -46,11 +46,12 @@ def factor_name(v: int) -> str:
     return f"A_{v}"
 
 
-def cp_decision(projections: Sequence[np.ndarray]) -> np.ndarray:
-    """``Σ_f Π_v P_v[..., f]`` for projections ``P_v = z_vᵀ A^{(v)}`` of shape (n, T, k)."""
-    prod = np.array(projections[0], dtype=float, copy=True)
+def cp_decision(projections):
+    """``Σ_f Π_v P_v[..., f]`` for projections ``P_v = z_vᵀ A^{(v)}`` of shape (n, T, k):
+    NumPy arrays, or the graph's tensors (the one definition of the CP forward)."""
+    prod = projections[0]
     for P in projections[1:]:
-        prod *= P
+        prod = prod * P
     return prod.sum(axis=-1)
 
 
@@ -189,10 +190,7 @@ class CPInteractionCombiner(Component):
                 b_ = scale if rate is None else 1.0 / rate[v]
                 A = pm.Laplace(factor_name(v), np.float64(0.0), b_, shape=shape, dims=dims)
             projections.append(views.project(v, A))
-        prod = projections[0]
-        for P in projections[1:]:
-            prod = prod * P
-        return pm.Deterministic("f", prod.sum(axis=-1), dims=("sample", "task"))
+        return pm.Deterministic("f", cp_decision(projections), dims=("sample", "task"))
 
     def initial_values(self, ctx: BuildContext, rng: np.random.Generator
                        ) -> dict[str, np.ndarray]:

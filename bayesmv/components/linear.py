@@ -26,6 +26,7 @@ from bayesmv.components.base import (
     BuildContext,
     Component,
     ViewFeatures,
+    project_factors,
 )
 from bayesmv.data import MultiViewData
 
@@ -66,13 +67,11 @@ def project_np(view: ViewMatrix, A: np.ndarray) -> np.ndarray:
     -------
     ndarray of shape (n, T, k)
     """
-    T, D1, k = A.shape
-    D = D1 - 1
+    D = A.shape[1] - 1
     if view.shape[1] != D:
         raise ValueError(f"view has {view.shape[1]} columns but the factors have {D} + 1 rows")
-    B = np.transpose(A[:, :D, :], (1, 0, 2)).reshape(D, T * k)
-    XB = np.asarray(view @ B).reshape(view.shape[0], T, k)
-    return XB + A[:, D, :][None]
+    return project_factors(lambda B: np.asarray(view @ B), A, D, view.shape[0])
+
 
 
 #: the former name of :class:`~bayesmv.components.base.ViewFeatures` (its ``sizes`` are the
