@@ -296,7 +296,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> JobResult:
     report.line("sampler", args.sampler)
     report.line("draws / tune", f"{args.draws} / {args.tune} per chain")
     report.line("chains / cores", f"{args.chains} / {args.cores}")
-    m, K = est._latent().dims([view.shape[1] for view in views])
+    m, K = est._latent().dims([view.shape[1] for view in X_train], len(y_train))
     report.line("latent_dim", f"{m} (auto)" if args.latent_dim == "auto" else m)
     report.line("view_latent_dim", f"{K} (auto)")
     report.line("n_frequencies", args.n_frequencies)

@@ -264,6 +264,17 @@ def test_auto_latent_dims_leave_a_typical_view_out_of_exact_reach(view_sizes):
         assert m == 10
 
 
+def test_auto_latent_cap_grows_with_the_training_rows():
+    """10 up to 600 rows, ``10·sqrt(N/600)`` beyond, at most 16; never past the views' bound."""
+    from bayesmv.components.latent import auto_latent_dims
+
+    digits = (76, 216, 64, 240, 47, 6)
+    caps = [auto_latent_dims(digits, n_samples=n)[0] for n in (50, 300, 600, 1000, 1600, 10**5)]
+    assert caps == [10, 10, 10, 13, 16, 16]
+    assert auto_latent_dims(digits)[0] == 10
+    assert auto_latent_dims((10, 10, 10), n_samples=5000) == (8, 1)
+
+
 def test_latent_dims_auto_is_resolved_from_the_views_and_explicit_sizes_are_kept():
     X, y = _toy(n=30, seed=4)
     sizes = [x.shape[1] for x in X]

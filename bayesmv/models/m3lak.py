@@ -56,15 +56,17 @@ class M3LAK(BaseMultiViewClassifier):
     Parameters
     ----------
     latent_dim : int or "auto", default "auto"
-        Shared latent dimension m.  ``"auto"`` takes ``m = min(10, D - 1 - K)`` with D the median
-        view size and, for ``view_latent_dim="auto"``, ``K = 1``
-        (:func:`bayesmv.components.latent.auto_latent_dims`): 10 and 1 on the UCI digits,
-        8 and 1 on three views of 10.  A latent that can reproduce a view exactly
-        (``m + K ≥ D_v`` for most views) leaves the sampler to cross between nearly equivalent
-        splits of each view between the shared and the view-specific latent, which it rarely
-        does (R-hat of the decision values up to 1.9 on such data), and more view-specific
-        columns slow the sampler even where they cannot (on the digits K = 5 gave a smallest
-        ESS of f of 111-781 over three seeds where K = 1 gave 509-944, at the same accuracy).
+        Shared latent dimension m.  ``"auto"`` takes ``m = min(cap, D - 1 - K)`` with D the
+        median view size, ``cap = 10`` up to 600 training rows and ``10·sqrt(N/600)`` beyond
+        (at most 16), and, for ``view_latent_dim="auto"``, ``K = 1``
+        (:func:`bayesmv.components.latent.auto_latent_dims`): 10 and 1 on the UCI digit pairs
+        (320 rows), 16 and 1 on 1600 of them, 8 and 1 on three views of 10.  A latent that
+        can reproduce a view exactly (``m + K ≥ D_v`` for most views) leaves the sampler to
+        cross between nearly equivalent splits of each view between the shared and the
+        view-specific latent, which it rarely does (R-hat of the decision values up to 1.9 on
+        such data), and more view-specific columns slow the sampler even where they cannot
+        (on the digits K = 5 gave a smallest ESS of f of 111-781 over three seeds where K = 1
+        gave 509-944, at the same accuracy).
         ``latent_dims_`` holds the fitted choice.
     n_frequencies : int, default 50
         Number of random frequencies M (2M + 1 features with the bias).  The defaults were
@@ -361,7 +363,8 @@ class M3LAK(BaseMultiViewClassifier):
     def latent_dims_(self) -> tuple[int, int]:
         """The fitted shared and view-specific latent dimensions ``(m, K)`` ("auto" resolved)."""
         self._check_fitted()
-        return self._latent().dims(self.layout_.view_sizes)
+        post = self.idata_.posterior  # the shapes of what was sampled
+        return int(post["W_0"].shape[-1]), int(post["V_0"].shape[-1])
 
     def _latent(self) -> SharedLatent:
         return SharedLatent(self.latent_dim, self.view_latent_dim, self.a_r, self.b_r,
