@@ -374,6 +374,9 @@ def test_fourier_map_is_one_definition_in_numpy_and_in_the_graph():
     Om = pt.constant(Omega)
     graph = fourier_features(pt.as_tensor(Z[0]), Om, xp=pt).eval()
     np.testing.assert_allclose(graph, expected[0], rtol=1e-12)
+    z, om = pt.matrix("z"), pt.matrix("omega")  # M not static: read from the shape
+    symbolic = fourier_features(z, om, xp=pt).eval({z: Z[0], om: Omega})
+    np.testing.assert_allclose(symbolic, expected[0], rtol=1e-12)
 
 
 def test_view_kernels_match_scikit_learn():

@@ -54,9 +54,10 @@ def fourier_features_of_phases(cos, sin, *, constant: bool = True, xp=np):
     """``φ̃ = [cos S, sin S, √M]/√M`` (or ``φ`` without ``constant``) from the cosines and
     sines of the phases ``S = Z Ωᵀ``, along the last axis (for callers that need them again,
     e.g. for a gradient, or that damp them)."""
-    M = cos.type.shape[-1] if xp is not np else cos.shape[-1]
-    # a Python float, not np.sqrt's float64 scalar, which would promote float32 phases
-    root = math.sqrt(M)
+    M = cos.shape[-1] if xp is np else cos.type.shape[-1]
+    # a Python float, not np.sqrt's float64 scalar, which would promote float32 phases; a
+    # graph whose M is not static takes it from the tensor's shape
+    root = math.sqrt(M) if M is not None else xp.sqrt(xp.cast(cos.shape[-1], cos.dtype))
     parts = [cos, sin]
     if constant:
         parts.append(xp.full((*cos.shape[:-1], 1), root, dtype=cos.dtype))
