@@ -235,7 +235,7 @@ class SharedLatent(Component):
         fit puts every chain in the basin of the posterior without fixing its rotation.
         """
         data = ctx.data
-        m, K = self.dims(data.view_sizes, data.n_samples)
+        m, K = ctx.state["latent_dims"]  # chosen by build
         # Column-mean imputation of missing rows only for the start; the model never sees it.
         Z = np.concatenate([np.where(data.observed[:, [v]], np.nan_to_num(Xv), 0.0)
                             for v, Xv in enumerate(data.views)], axis=1)

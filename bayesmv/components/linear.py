@@ -73,7 +73,6 @@ def project_np(view: ViewMatrix, A: np.ndarray) -> np.ndarray:
     return project_factors(lambda B: np.asarray(view @ B), A, D, view.shape[0])
 
 
-
 #: the former name of :class:`~bayesmv.components.base.ViewFeatures` (its ``sizes`` are the
 #: lengths ``D_v + 1`` of ``z_v = [x_v; 1]``)
 LinearViews = ViewFeatures

@@ -50,7 +50,7 @@ class HybridSpec:
         rep, fmap, comb, lik = b.representation, b.feature_map, b.combiner, b.likelihood
         idx = tuple(np.flatnonzero(data.observed[:, v]) for v in range(data.n_views))
         patterns, pattern = np.unique(data.observed, axis=0, return_inverse=True)
-        latent_dim, view_latent_dim = rep.dims(data.view_sizes, data.n_samples)
+        latent_dim, view_latent_dim = built.context.state["latent_dims"]  # build's choice
         return cls(
             views=tuple(np.ascontiguousarray(X[i]) for X, i in zip(data.views, idx, strict=True)),
             observed_index=idx, patterns=patterns, pattern_of_row=pattern.reshape(-1),

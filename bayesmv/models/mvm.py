@@ -341,6 +341,14 @@ class _MVMCore(RenamedParameters):
         return report
 
     # ------------------------------------------------------------ fitted state
+    def _set_extra_state(self, state: dict[str, Any]) -> None:
+        """After ``load``: the factors of the point estimate and, for NUTS, the report."""
+        self.n_features_in_ = int(sum(self.layout_.view_sizes))
+        self.factors_ = self._factors_from_idata()
+        self.convergence_ = None
+        if inference_kind(self.idata_) == "mcmc":  # "nuts" (older files: "mcmc")
+            self.convergence_ = self._convergence_report(self.idata_)
+
     def _factors_from_idata(self, idata: az.InferenceData | None = None,
                             n_views: int | None = None) -> list[np.ndarray]:
         fit = (self.idata_ if idata is None else idata).fit
@@ -706,13 +714,6 @@ class MVM(_MVMCore, BaseMultiViewClassifier):
         self._check_fitted()
         return float(self.idata_.posterior.attrs["fit_seconds"])
 
-    def _set_extra_state(self, state: dict[str, Any]) -> None:
-        self.n_features_in_ = int(sum(self.layout_.view_sizes))
-        self.factors_ = self._factors_from_idata()
-        self.convergence_ = None
-        if inference_kind(self.idata_) == "mcmc":  # "nuts" (older files: "mcmc")
-            self.convergence_ = self._convergence_report(self.idata_)
-
     # ----------------------------------------------------------- prediction
     def _log_probability(self, f: np.ndarray) -> np.ndarray:
         """``log p(y = +1 | f)`` (finite where the probability underflows)."""
@@ -1030,8 +1031,4 @@ class MVMRegressor(_MVMCore, RegressorMixin, BaseEstimator):
         if hasattr(self, "classes_"):
             del self.classes_
         self.y_mean_, self.y_scale_ = float(state["y_mean"]), float(state["y_scale"])
-        self.n_features_in_ = int(sum(self.layout_.view_sizes))
-        self.factors_ = self._factors_from_idata()
-        self.convergence_ = None
-        if inference_kind(self.idata_) == "mcmc":  # "nuts" (older files: "mcmc")
-            self.convergence_ = self._convergence_report(self.idata_)
+        super()._set_extra_state(state)
