@@ -44,6 +44,18 @@ def check_ensemble(ensemble: Any, inference: str) -> None:
                          f"inference='map', got inference={inference!r} (leave ensemble=None)")
 
 
+def renamed_argument(owner: str, new: str, value: Any, old: str, old_value: Any,
+                     stacklevel: int = 3) -> Any:
+    """The effective value of a function argument renamed from ``old`` to ``new``:
+    ``old_value`` (with a ``FutureWarning``) when the deprecated name was given, else
+    ``value``.  Estimators and components use :class:`RenamedParameters` instead."""
+    if old_value is None:
+        return value
+    warnings.warn(f"{owner}({old}=...) is deprecated; use {new}=..., the same argument "
+                  "under its new name", FutureWarning, stacklevel=stacklevel)
+    return old_value
+
+
 def check_random_seed(value: Any, name: str = "random_seed") -> None:
     """Raise ValueError unless ``value`` is None or a non-negative integer (a seed that
     :class:`numpy.random.SeedSequence` accepts)."""

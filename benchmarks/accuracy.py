@@ -43,7 +43,7 @@ def tasks(quick: bool):
     yield "breast cancer", *load_breast_cancer_views(), 0.25
     for shape in ["quadratic", "circle", "xor"]:
         X, y = make_nonlinear_latent(n_samples=1000, view_dims=(100, 50),
-                                     nonlinearity=shape, random_state=0)
+                                     nonlinearity=shape, random_seed=0)
         yield f"synthetic {shape}", X, y, 0.3
 
 

@@ -28,7 +28,7 @@ same split.  ``breast-cancer``: scikit-learn's bundled Wisconsin diagnostic brea
 as three views of each sample's ten cell-nucleus measurements (their means, standard errors
 and worst values), the same 75/25 stratified split with ``random_state=0``.
 ``synthetic-{quadratic,circle,xor}``: ``make_nonlinear_latent(n_samples=1000, view_dims=(100,
-50), random_state=0)``, a 70/30 stratified split with ``random_state=0``.
+50), random_seed=0)``, a 70/30 stratified split with ``random_state=0``.
 """
 
 from __future__ import annotations

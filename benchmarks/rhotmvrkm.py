@@ -294,7 +294,7 @@ def fixed_part(seeds) -> None:
 def large_part(n_total: int, n_frequencies: tuple[int, ...]) -> None:
     X, y = make_nonlinear_latent(n_samples=n_total + 2000, view_dims=(50, 30, 20),
                                  latent_dim=4, nonlinearity="circle", noise=0.5,
-                                 label_noise=0.2, random_state=0)
+                                 label_noise=0.2, random_seed=0)
     Xtr, Xte = [x[:n_total] for x in X], [x[n_total:] for x in X]
     ytr, yte = y[:n_total], y[n_total:]
     print(f"Synthetic circle task, 3 views (50, 30, 20), N_train = {n_total}, 2000 test rows")

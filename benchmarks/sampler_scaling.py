@@ -25,7 +25,7 @@ VIEW_DIMS = (64, 144, 73, 128, 225)
 
 
 def run(sampler: str, n: int, draws: int, tune: int) -> tuple:
-    X, y = make_nonlinear_latent(n_samples=n, view_dims=VIEW_DIMS, random_state=0)
+    X, y = make_nonlinear_latent(n_samples=n, view_dims=VIEW_DIMS, random_seed=0)
     # the paper's sizes (m = 20, M = 100), which the recorded figures use; M3LAK's defaults
     # are now m = 10, M = 50
     est = M3LAK(inference=sampler, latent_dim=20, n_frequencies=100, draws=draws, tune=tune,

@@ -38,7 +38,7 @@ def _estimator():
 
 def _data():
     X, y, _ = make_lvm_classification(n_samples=15, view_dims=(4, 3), latent_dim=2,
-                                      view_latent_dim=1, random_state=0)
+                                      view_latent_dim=1, random_seed=0)
     X[1][[2, 5]] = np.nan  # two samples miss view 1
     return X, y
 

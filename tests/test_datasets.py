@@ -83,7 +83,7 @@ def test_attribution_shipped():
 @pytest.mark.parametrize("nonlinearity", ["quadratic", "circle", "xor", "linear"])
 def test_nonlinear_latent_balanced_and_shaped(nonlinearity):
     views, y = make_nonlinear_latent(
-        n_samples=2000, view_dims=(10, 7, 3), nonlinearity=nonlinearity, random_state=0
+        n_samples=2000, view_dims=(10, 7, 3), nonlinearity=nonlinearity, random_seed=0
     )
     assert [v.shape for v in views] == [(2000, 10), (2000, 7), (2000, 3)]
     assert set(np.unique(y)) == {0, 1}
@@ -91,20 +91,20 @@ def test_nonlinear_latent_balanced_and_shaped(nonlinearity):
 
 
 def test_nonlinear_latent_reproducible():
-    a_views, a_y = make_nonlinear_latent(n_samples=50, random_state=3)
-    b_views, b_y = make_nonlinear_latent(n_samples=50, random_state=3)
-    c_views, c_y = make_nonlinear_latent(n_samples=50, random_state=4)
+    a_views, a_y = make_nonlinear_latent(n_samples=50, random_seed=3)
+    b_views, b_y = make_nonlinear_latent(n_samples=50, random_seed=3)
+    c_views, c_y = make_nonlinear_latent(n_samples=50, random_seed=4)
     for a, b, c in zip(a_views, b_views, c_views, strict=True):
         np.testing.assert_array_equal(a, b)
         assert not np.allclose(a, c)
     np.testing.assert_array_equal(a_y, b_y)
-    d_views, _ = make_nonlinear_latent(n_samples=50, random_state=np.random.default_rng(3))
+    d_views, _ = make_nonlinear_latent(n_samples=50, random_seed=np.random.default_rng(3))
     np.testing.assert_array_equal(d_views[0], a_views[0])
 
 
 def test_nonlinear_latent_without_private_latents_or_noise():
     views, y = make_nonlinear_latent(
-        n_samples=30, view_dims=(4,), latent_dim=2, view_latent_dim=0, noise=0.0, random_state=1
+        n_samples=30, view_dims=(4,), latent_dim=2, view_latent_dim=0, noise=0.0, random_seed=1
     )
     # x = A z exactly, so the view has rank latent_dim
     assert np.linalg.matrix_rank(views[0]) == 2
@@ -134,7 +134,7 @@ def test_lvm_truth_and_shapes():
         latent_dim=3,
         view_latent_dim=2,
         tau=(4.0, 9.0, 1.0),
-        random_state=0,
+        random_seed=0,
     )
     assert [v.shape for v in views] == [(300, 6), (300, 4), (300, 5)]
     np.testing.assert_array_equal(truth["tau"], [4.0, 9.0, 1.0])
@@ -151,19 +151,19 @@ def test_lvm_truth_and_shapes():
 
 
 def test_lvm_defaults_and_reproducibility():
-    views, y, truth = make_lvm_classification(random_state=5)
+    views, y, truth = make_lvm_classification(random_seed=5)
     assert [v.shape for v in views] == [(200, 6), (200, 4)]
     assert truth["V"][0].shape == (6, 1)
     assert 0.3 < y.mean() < 0.7
-    again, y2, _ = make_lvm_classification(random_state=5)
-    other, _, _ = make_lvm_classification(random_state=6)
+    again, y2, _ = make_lvm_classification(random_seed=5)
+    other, _, _ = make_lvm_classification(random_seed=6)
     np.testing.assert_array_equal(views[1], again[1])
     np.testing.assert_array_equal(y, y2)
     assert not np.allclose(views[1], other[1])
 
 
 def test_lvm_scalar_tau_and_errors():
-    _, _, truth = make_lvm_classification(view_dims=(2, 2, 2), tau=2.0, random_state=0)
+    _, _, truth = make_lvm_classification(view_dims=(2, 2, 2), tau=2.0, random_seed=0)
     np.testing.assert_array_equal(truth["tau"], [2.0, 2.0, 2.0])
     with pytest.raises(ValueError, match="one value per view"):
         make_lvm_classification(tau=(1.0, 2.0, 3.0))

@@ -222,14 +222,14 @@ def test_map_and_laplace_fits_say_what_applies():
     rep = check_convergence(RhoTMVRKM(**kw).fit(X, y))
     assert rep.ok and rep.inference == "map" and len(rep.table) == 0
     assert "no sampling diagnostics apply" in rep.note and "MAP" in repr(rep)
-    lap = RhoTMVRKM(inference="laplace", laplace_draws=400, random_seed=0, **kw).fit(X, y)
+    lap = RhoTMVRKM(inference="laplace", draws=400, random_seed=0, **kw).fit(X, y)
     rep = check_convergence(lap)
     assert rep.ok, rep
     assert rep.inference == "laplace" and "independent" in rep.note
     assert {"rho", "alpha", "gamma"} <= set(rep.fixed) and rep.var_names == ("f", "b")
     # independent draws: ArviZ's ESS estimates scatter around the number of draws
     assert 300 < rep.table["ess_bulk"].median() < 550
-    few = RhoTMVRKM(inference="laplace", laplace_draws=50, random_seed=0, **kw).fit(X, y)
+    few = RhoTMVRKM(inference="laplace", draws=50, random_seed=0, **kw).fit(X, y)
     rep = check_convergence(few)
     assert not rep.ok and any("Only 50 Laplace draws" in w for w in rep.warnings)
 
@@ -241,7 +241,7 @@ def test_summary_is_arviz_for_draws_and_clean_point_values_for_map():
         warnings.simplefilter("error")  # no shape warning, no NaN-column RuntimeWarning
         point = RhoTMVRKM(**kw).fit(X, y)
         table = summary(point)
-        lap = RhoTMVRKM(inference="laplace", laplace_draws=200, random_seed=0, **kw).fit(X, y)
+        lap = RhoTMVRKM(inference="laplace", draws=200, random_seed=0, **kw).fit(X, y)
         lap_table = summary(lap)
     post = point.idata_.posterior
     assert table.attrs["inference"] == "map" and list(table.columns) == ["map"]
@@ -402,7 +402,7 @@ def test_ppc_arithmetic_on_known_probabilities():
     # uncertain predictions: replicated labels follow q
     q = np.tile([[0.3, 0.7]], (1, n, 1))
     rep = posterior_predictive_check(_FixedProbabilities(q).fit(), np.zeros((n, 1)),
-                                     np.ones(n, int), n_replications=4000, random_state=1)
+                                     np.ones(n, int), n_replications=4000, random_seed=1)
     frac = (rep.y_rep == 1).mean(axis=1)
     assert frac.mean() == pytest.approx(0.7, abs=0.005)
     assert frac.std() == pytest.approx(np.sqrt(0.21 / n), rel=0.1)
@@ -437,7 +437,7 @@ def test_ppc_pvalues_uniform_under_an_exact_posterior_and_not_when_misspecified(
         for out, fixed in ((good, None), (bad, 0.5)):
             est = _BetaBernoulli(random_seed=r, fixed_theta=fixed).fit(None, y_train)
             rep = posterior_predictive_check(est, X_test, y_test, n_replications=400,
-                                             random_state=r)
+                                             random_seed=r)
             out.append(rep.statistics.loc["balance[1]", "p_value_mid"])
     good, bad = np.array(good), np.array(bad)
     assert abs(good.mean() - 0.5) < 0.05
@@ -476,7 +476,7 @@ def test_ppc_pvalues_roughly_uniform_for_data_from_the_fitted_family():
         for c in range(5):  # five held-out chunks per fit
             rows = slice(100 * c, 100 * (c + 1))
             rep = posterior_predictive_check(est, [x[rows] for x in X_test], y_test[rows],
-                                             n_replications=400, random_state=r)
+                                             n_replications=400, random_seed=r)
             for name, values in pvalues.items():
                 values.append(rep.statistics.loc[name, "p_value_mid"])
     pooled = np.concatenate([np.asarray(v) for v in pvalues.values()])
@@ -490,7 +490,7 @@ def test_ppc_pvalues_roughly_uniform_for_data_from_the_fitted_family():
 @pytest.fixture(scope="module")
 def lvm_fit():
     """M3LAK on two views from its own latent-variable model plus a pure-noise third view."""
-    views, y, _ = make_lvm_classification(140, (6, 4), latent_dim=2, random_state=0)
+    views, y, _ = make_lvm_classification(140, (6, 4), latent_dim=2, random_seed=0)
     views.append(np.random.default_rng(1).normal(size=(140, 5)))
     X_train, X_test = [v[:90] for v in views], [v[90:] for v in views]
     with warnings.catch_warnings():
@@ -545,7 +545,7 @@ def test_rhotmvrkm_draws_follow_its_gaussian_predictive():
     m = RhoTMVRKM(**kw).fit(X, y)
     np.testing.assert_allclose(m._class_probability_draws(X_new)[0], m.predict_proba(X_new),
                                rtol=1e-12)
-    lap = RhoTMVRKM(inference="laplace", laplace_draws=2000, random_seed=0, **kw).fit(X, y)
+    lap = RhoTMVRKM(inference="laplace", draws=2000, random_seed=0, **kw).fit(X, y)
     q = lap._class_probability_draws(X_new)
     assert q.shape == (2000, 30, 2)
     # Monte Carlo average of sigmoid(2τ²h/λ) over the draws vs predict_proba's quadrature
@@ -596,7 +596,7 @@ def _fit_small(name):
     X_train, X_test = [x[:60] for x in X], [x[60:] for x in X]
     est = {
         "RhoTMVRKM": lambda: RhoTMVRKM(rho=0.5, alpha=0.5, gamma="scale", inference="laplace",
-                                       laplace_draws=100, random_seed=0),
+                                       draws=100, random_seed=0),
         "MVML": lambda: MVML(nystrom=20, random_seed=0),
         "MVM": lambda: MVM(rank=2, inference="laplace", draws=100, random_seed=0),
         "MVLSVM": lambda: MVLSVM(n_landmarks=10, C=100.0, inference="gibbs", draws=200,

@@ -52,7 +52,7 @@ def digits():
 @pytest.fixture(scope="module")
 def toy():
     return make_nonlinear_latent(n_samples=40, view_dims=(5, 4), latent_dim=2,
-                                 view_latent_dim=1, noise=0.3, random_state=0)
+                                 view_latent_dim=1, noise=0.3, random_seed=0)
 
 
 def _estimators(sizes):

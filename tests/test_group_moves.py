@@ -28,7 +28,7 @@ pytestmark = pytest.mark.python_ops
 
 def _build(spectral: str, latent_dim: int = 2):
     X, y, _ = make_lvm_classification(n_samples=15, view_dims=(4, 3), latent_dim=2,
-                                      view_latent_dim=1, random_state=0)
+                                      view_latent_dim=1, random_seed=0)
     X[1][[2, 5]] = np.nan
     est = M3LAK(latent_dim=latent_dim, n_frequencies=3, view_latent_dim=1, n_components=3,
                 C=0.8, spectral=spectral)
@@ -149,7 +149,7 @@ def test_latent_rotation_draws_each_angle_from_its_circular_conditional(model):
     a grid from the move's density evaluated directly, by Kolmogorov–Smirnov; and the move
     itself keeps every decision value."""
     X, y, _ = make_lvm_classification(n_samples=12, view_dims=(4, 3), latent_dim=2,
-                                      view_latent_dim=1, random_state=1)
+                                      view_latent_dim=1, random_seed=1)
     spectral = "dp_mixture" if model[3].is_dp else "gaussian"
     built = M3LAK(latent_dim=4, n_frequencies=3, view_latent_dim=1, n_components=3,
                   spectral=spectral).build_model(X, y)

@@ -394,3 +394,19 @@ def test_view_kernels_match_scikit_learn():
     np.testing.assert_allclose(square, rbf_kernel(A, gamma=0.3), rtol=1e-12)
     assert np.all(np.diag(square) == 1.0) and np.all(np.diag(squared_distances(A, A)) == 0.0)
     np.testing.assert_allclose(view_gram("linear", A, B, None), linear_kernel(A, B), rtol=1e-12)
+
+
+def test_squared_distances_stay_exact_far_from_the_origin():
+    """Features at 1e8 ± 1 (an unstandardised view): the expanded form would cancel 1e16
+    against 1e16; SciPy's ``cdist`` (differences first) is the reference."""
+    from scipy.spatial.distance import cdist
+
+    from bayesmv.components.kernels import squared_distances
+
+    rng = np.random.default_rng(3)
+    A = 1e8 + rng.standard_normal((6, 2))
+    B = 1e8 + rng.standard_normal((4, 2))
+    np.testing.assert_allclose(squared_distances(A, B), cdist(A, B, "sqeuclidean"),
+                               rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(squared_distances(A), cdist(A, A, "sqeuclidean"),
+                               rtol=1e-6, atol=1e-6)

@@ -23,7 +23,7 @@ TINY = dict(latent_dim=2, n_frequencies=8, view_latent_dim=1, n_components=3, dr
 
 def _toy(n=40, seed=0, n_classes=2):
     X, y = make_nonlinear_latent(n_samples=n, view_dims=(5, 4), latent_dim=2,
-                                 view_latent_dim=1, noise=0.3, random_state=seed)
+                                 view_latent_dim=1, noise=0.3, random_seed=seed)
     if n_classes == 3:
         rng = np.random.default_rng(seed)
         y = np.where(rng.uniform(size=n) < 0.33, 2, y)
@@ -195,7 +195,7 @@ def test_parameter_recovery_from_the_generative_model():
     """Noise precisions of the LVM are recovered and a separable labelling is learned."""
     tau = (4.0, 9.0)
     X, y, truth = make_lvm_classification(n_samples=240, view_dims=(10, 8), latent_dim=2,
-                                          view_latent_dim=1, tau=tau, random_state=5)
+                                          view_latent_dim=1, tau=tau, random_seed=5)
     train, test = np.arange(160), np.arange(160, 240)
     est = M3LAK(latent_dim=2, view_latent_dim=1, n_frequencies=20, n_components=5,
                 view_loading_precision=1.0, standardize=False, draws=150, tune=150, chains=2,
@@ -213,7 +213,7 @@ def test_hybrid_and_nuts_target_the_same_posterior():
     """Posterior mean, sd and 5 % / 95 % quantiles of held-out decision values agree within
     Monte-Carlo error (ArviZ's MCSE of each), with the default DP-mixture spectral density."""
     X, y = make_nonlinear_latent(n_samples=40, view_dims=(8, 6), latent_dim=2,
-                                 view_latent_dim=1, noise=0.3, random_state=0)
+                                 view_latent_dim=1, noise=0.3, random_seed=0)
     X_train, X_test = [x[:30] for x in X], [x[30:36] for x in X]
     summaries = {}
     for sampler, draws in (("hybrid", 500), ("nuts", 400)):

@@ -76,7 +76,7 @@ OBSERVED = {"MVM-logistic": ("sample", "task"), "MVML": ("sample", "task"),
 @pytest.fixture(scope="module")
 def data():
     return make_nonlinear_latent(n_samples=N_SAMPLES, view_dims=(5, 4), latent_dim=2,
-                                 view_latent_dim=1, noise=0.3, random_state=0)
+                                 view_latent_dim=1, noise=0.3, random_seed=0)
 
 
 @pytest.fixture(scope="module", params=list(PRESETS))

@@ -152,7 +152,7 @@ def test_rhotmvrkm_laplace_predictive_is_the_gp_predictive_with_a_flat_bias():
     rho, lam, eta, gammas = 0.3, 0.4, 1.7, (0.35, 0.6)
     # calibration="likelihood": the model's own predictive (the default is LOO temperature)
     est = RhoTMVRKM(rho=rho, alpha=lam, eta=eta, gamma=list(gammas), inference="laplace",
-                    calibration="likelihood", standardize=False, laplace_draws=10,
+                    calibration="likelihood", standardize=False, draws=10,
                     random_seed=0).fit(X, y.astype(int))
     V, tau = 2, (1 - rho) * 2 + rho
 
@@ -182,7 +182,7 @@ def test_rhotmvrkm_random_feature_variance_is_the_gp_variance_of_the_feature_ker
     y = (X[0][:, 1] + X[1][:, 0] > 0).astype(int)
     rho, lam, eta = 0.6, 0.5, 1.3
     est = RhoTMVRKM(rho=rho, alpha=lam, eta=eta, gamma=[0.4, 0.7], n_frequencies=15,
-                    inference="laplace", standardize=False, laplace_draws=10,
+                    inference="laplace", standardize=False, draws=10,
                     random_seed=0).fit(X, y)
     tau = (1 - rho) * 2 + rho
 

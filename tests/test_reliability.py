@@ -55,7 +55,7 @@ def make_estimator(name: str, seed: int = 0, **kw):
         return M3LAK(random_seed=seed, **{**params, **kw})
     if name == "RhoTMVRKM":
         return RhoTMVRKM(**{**dict(rho=0.5, alpha=0.1, gamma="scale", inference="laplace",
-                                   laplace_draws=20, random_seed=seed), **kw})
+                                   draws=20, random_seed=seed), **kw})
     if name == "MVML":
         return MVML(**{**dict(nystrom=6, max_iter=5, random_seed=seed), **kw})
     if name == "MVM":
@@ -1057,7 +1057,7 @@ def test_rhotmvrkm_nearly_singular_kernel_is_jittered_with_a_warning(inference):
     X, y = make_data(n=15)
     dup = [np.vstack([v, v]) for v in X]
     yd = np.concatenate([y, y])
-    est = RhoTMVRKM(rho=0.5, alpha=1e-300, gamma="scale", inference=inference, laplace_draws=10)
+    est = RhoTMVRKM(rho=0.5, alpha=1e-300, gamma="scale", inference=inference, draws=10)
     with pytest.warns(NumericalWarning, match="numerically singular"):
         est.fit(dup, yd)
         proba = est.predict_proba(X)

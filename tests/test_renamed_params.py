@@ -19,8 +19,11 @@ from bayesmv.components import (
     DPMixtureSpectral,
     RandomFourierFeatures,
     SharedLatent,
+    ViewKernels,
     ViewRandomFeatures,
 )
+from bayesmv.datasets import make_lvm_classification, make_nonlinear_latent
+from bayesmv.diagnostics import posterior_predictive_check
 
 
 def _data(n=40, seed=0):
@@ -68,6 +71,43 @@ def test_rhotmvrkm_lam_and_n_features():
         RhoTMVRKM(alpha=-1.0).fit(X, np.arange(len(X[0])) % 2)
 
 
+def test_rhotmvrkm_laplace_draws():
+    """``laplace_draws`` is ``draws`` (the other estimators' name for posterior draws)."""
+    old, new = dict(laplace_draws=7), dict(draws=7)
+    a, b, X = _fit_both(RhoTMVRKM, old, new, rho=0.5, gamma="scale", inference="laplace",
+                        random_seed=0)
+    np.testing.assert_array_equal(a.predict_proba(X), b.predict_proba(X))
+    assert a.idata_.posterior.sizes["draw"] == b.idata_.posterior.sizes["draw"] == 7
+    _check_params(RhoTMVRKM(**old), old, new)
+    with pytest.raises(ValueError, match="^laplace_draws must be"), pytest.warns(FutureWarning):
+        RhoTMVRKM(laplace_draws=0).fit(X, np.arange(len(X[0])) % 2)
+
+
+@pytest.mark.parametrize("make", [
+    lambda **kw: make_nonlinear_latent(n_samples=30, view_dims=(3, 2), **kw),
+    lambda **kw: make_lvm_classification(n_samples=30, **kw)[:2],
+])
+def test_data_generators_random_state(make):
+    """The generators' ``random_state`` is ``random_seed`` (the estimators' name)."""
+    views, y = make(random_seed=3)
+    with pytest.warns(FutureWarning, match=r"\(random_state=\.\.\.\) is deprecated; "
+                                           "use random_seed="):
+        old_views, old_y = make(random_state=3)
+    np.testing.assert_array_equal(y, old_y)
+    for a, b in zip(views, old_views, strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(make(random_seed=4)[1], y)
+
+
+def test_posterior_predictive_check_random_state():
+    X, y = _data()
+    est = RhoTMVRKM(rho=0.5, gamma="scale", random_seed=0).fit(X, y)
+    new = posterior_predictive_check(est, X, y, n_replications=50, random_seed=5)
+    with pytest.warns(FutureWarning, match="posterior_predictive_check\\(random_state"):
+        old = posterior_predictive_check(est, X, y, n_replications=50, random_state=5)
+    np.testing.assert_array_equal(new.y_rep, old.y_rep)
+
+
 def test_mvml_lmbda_and_eta():
     old, new = dict(lmbda=0.5, eta=2.0), dict(alpha=0.5, metric_penalty=2.0)
     a, b, X = _fit_both(MVML, old, new, nystrom=10, max_iter=5, random_seed=0)
@@ -113,13 +153,17 @@ def test_m3lak_renamed_parameters_reach_the_built_model():
 @pytest.mark.parametrize("old,new,make", [
     (dict(n_features=5), dict(n_frequencies=5), RandomFourierFeatures),
     (dict(n_features=5), dict(n_frequencies=5),
-     lambda **kw: ViewRandomFeatures(kernels=["rbf"], gammas=[0.1], **kw)),
+     lambda **kw: ViewRandomFeatures(kernel=["rbf"], gamma=[0.1], **kw)),
+    (dict(kernels=["rbf", "linear"], gammas=[0.1, None]),
+     dict(kernel=["rbf", "linear"], gamma=[0.1, None]),
+     lambda **kw: ViewRandomFeatures(n_frequencies=3, **kw)),
+    (dict(kernels=["linear"], gammas=[0.3]), dict(kernel=["linear"], gamma=[0.3]), ViewKernels),
     (dict(alpha=0.7), dict(concentration=0.7), DPMixtureSpectral),
     (dict(eta=3.0), dict(view_loading_precision=3.0), SharedLatent),
     (dict(lmbda=0.2, eta=4.0), dict(alpha=0.2, metric_penalty=4.0), BlockMetricCombiner),
 ])
 def test_component_aliases(old, new, make):
-    if not isinstance(make, type):  # ViewRandomFeatures: n_frequencies is required
+    if not isinstance(make, type) and "n_frequencies" in new:  # a required n_frequencies
         old_c, new_c = make(n_frequencies=1, **old), make(**new)
     else:
         old_c, new_c = make(**old), make(**new)
@@ -174,3 +218,26 @@ def test_model_saved_before_the_rename_loads_and_predicts_identically(tmp_path, 
     params = loaded.get_params()
     for new, old in renames.items():
         assert params[new] == est.get_params()[new] and params[old] is None
+
+
+def test_view_kernel_pieces_take_one_kernel_for_every_view_and_the_old_lists():
+    """``kernel``/``gamma`` may be one value for every view (as NystromFeatures' and the
+    estimators'); the old per-view lists under ``kernels``/``gammas`` give the same blocks."""
+    X, _ = _data()
+    one = ViewRandomFeatures(3, "rbf", 0.2, random_seed=1).blocks(X)
+    lists = ViewRandomFeatures(3, ["rbf", "rbf"], [0.2, 0.2], random_seed=1).blocks(X)
+    old = ViewRandomFeatures(3, kernels=["rbf", "rbf"], gammas=[0.2, 0.2],
+                             random_seed=1).blocks(X)
+    for a, b, c in zip([*one[0], one[1]], [*lists[0], lists[1]], [*old[0], old[1]],
+                       strict=True):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(a, c)
+    grams = ViewKernels("rbf", 0.2).grams(X, [0.2, 0.2])
+    np.testing.assert_allclose(grams[1], np.exp(-0.2 * ((X[1][:, None] - X[1][None]) ** 2)
+                                                .sum(-1)), atol=1e-12)
+    with pytest.raises(ValueError, match="view 1's RBF width in gamma"):
+        ViewRandomFeatures(3, "rbf", [0.2, None]).blocks(X)
+    with pytest.raises(ValueError, match="kernel must be one of"):
+        ViewKernels("poly").grams(X, [None, None])
+    with pytest.raises(ValueError, match="kernel has 3 entries but there are 2 views"):
+        ViewKernels(["rbf"] * 3).grams(X, [None, None])

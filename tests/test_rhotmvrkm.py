@@ -227,7 +227,7 @@ def test_laplace_and_map_agree_and_laplace_probabilities_average_the_posterior()
     kw = dict(rho=0.5, alpha=0.3, gamma=[0.3, 0.3], standardize=False, random_seed=1,
               calibration="likelihood")
     m = RhoTMVRKM(**kw).fit(X[:1] + X[1:], y)
-    la = RhoTMVRKM(**kw, inference="laplace", laplace_draws=3000).fit(X, y)
+    la = RhoTMVRKM(**kw, inference="laplace", draws=3000).fit(X, y)
     Xt = _views(10, (3, 3), seed=15)
     # the posterior mean, not decision_function: Laplace's is the moderated value (it ranks
     # rows as the posterior-averaged predict_proba does), no longer the mean
@@ -404,7 +404,7 @@ def test_loo_posterior_variance_equals_brute_force_refits():
     y = _labels(X, seed=9)
     rho, lam, eta, gammas = 0.3, 0.15, 1.1, [0.5, 0.2]
     est = RhoTMVRKM(rho=rho, alpha=lam, eta=eta, gamma=gammas, inference="laplace",
-                    laplace_draws=5, standardize=False).fit(X, y)
+                    draws=5, standardize=False).fit(X, y)
     tau = (1 - rho) * 2 + rho
     Om = [_paper_kernel("rbf", x, x, g) for x, g in zip(X, gammas, strict=True)]
     K = ((1 - rho) * sum(Om) + rho * np.prod(Om, axis=0)) / (eta * tau**2)
@@ -425,7 +425,7 @@ def test_loo_posterior_variance_with_random_features_equals_weight_space_refits(
     y = _labels(X, seed=13)
     rho, lam, eta = 0.4, 0.3, 0.9
     est = RhoTMVRKM(rho=rho, alpha=lam, eta=eta, gamma=[0.5, 0.2], n_frequencies=8,
-                    inference="laplace", laplace_draws=5, standardize=False,
+                    inference="laplace", draws=5, standardize=False,
                     random_seed=2).fit(X, y)
     tau = (1 - rho) * 2 + rho
     per_view, joint = est._rff().blocks(X)
@@ -480,7 +480,7 @@ def test_laplace_probabilities_average_the_calibrated_sigmoid_over_the_posterior
     X = _views(60, (2, 2), seed=26)
     y = _labels(X, seed=11)
     rho, lam, gammas = 0.5, 0.2, [0.4, 0.4]
-    est = RhoTMVRKM(rho=rho, alpha=lam, gamma=gammas, inference="laplace", laplace_draws=5,
+    est = RhoTMVRKM(rho=rho, alpha=lam, gamma=gammas, inference="laplace", draws=5,
                     standardize=False).fit(X, y)
     Xt = _views(4, (2, 2), seed=27)
     tau = (1 - rho) * 2 + rho

@@ -77,7 +77,7 @@ warnings.simplefilter("ignore")
 from bayesmv import M3LAK
 from bayesmv.datasets import make_nonlinear_latent
 X, y = make_nonlinear_latent(n_samples=40, view_dims=(5, 4), latent_dim=2, view_latent_dim=1,
-                             noise=0.3, random_state=0)
+                             noise=0.3, random_seed=0)
 est = M3LAK(latent_dim=2, n_frequencies=8, view_latent_dim=1, n_components=3, draws=15, tune=15,
             chains=2, cores=1, random_seed=4).fit(X, y)
 print(hashlib.sha256(est.idata_.posterior["f"].values.tobytes()).hexdigest())

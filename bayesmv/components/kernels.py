@@ -19,6 +19,7 @@ views, whose frequencies are the per-view frequencies drawn jointly, and a Gauss
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pymc as pm
@@ -44,6 +45,28 @@ KERNELS = ("rbf", "linear")
 GAMMA_RANGE = (1e-4, 1e2)
 
 
+def per_view(value: Any, n_views: int, name: str) -> list:
+    """A per-view parameter as a list of ``n_views`` entries: one value (a string, a number
+    or None) serves every view, a sequence must have one entry per view."""
+    if isinstance(value, str) or value is None or not isinstance(value, Sequence | np.ndarray):
+        return [value] * n_views
+    value = list(value)
+    if len(value) != n_views:
+        raise ValueError(f"{name} has {len(value)} entries but there are {n_views} views")
+    return value
+
+
+def _view_kernels(piece, n_views: int) -> tuple[list[str], list]:
+    """``piece``'s kernel and γ per view (its ``kernel`` / ``gamma``, or their deprecated
+    aliases), the kernels checked against :data:`KERNELS`."""
+    kinds = per_view(piece._param("kernel"), n_views, piece._param_name("kernel"))
+    for kind in kinds:
+        if kind not in KERNELS:
+            raise ValueError(f"{type(piece).__name__}: {piece._param_name('kernel')} must be "
+                             f"one of {KERNELS} (one, or one per view), got {kind!r}")
+    return kinds, per_view(piece._param("gamma"), n_views, piece._param_name("gamma"))
+
+
 def view_gram(kind: str, A: np.ndarray, B: np.ndarray | None, gamma: float | None
               ) -> np.ndarray:
     """Gram matrix ``k(A_i, B_j)`` of one view's kernel (B = A when None)."""
@@ -64,10 +87,15 @@ def squared_distances(A: np.ndarray, B: np.ndarray | None = None) -> np.ndarray:
 
     Expanded as ``||a||² + ||b||² - 2 aᵀb`` (one matrix product), as scikit-learn's
     ``euclidean_distances`` does, without its input checks, which cost more than the product
-    on the small blocks the Nyström and landmark maps compare.
+    on the small blocks the Nyström and landmark maps compare.  Both sets are first shifted
+    by A's column means (distances do not change): the expansion cancels ``||a||²`` against
+    ``2aᵀb``, so features far from zero relative to their spread (an unstandardised view at
+    1e8 ± 1) would otherwise leave only rounding error.
     """
     square = B is None or B is A
-    B = A if B is None else B
+    shift = A.mean(axis=0)
+    A = A - shift
+    B = A if square else B - shift
     D = (np.einsum("ij,ij->i", A, A)[:, None] + np.einsum("ij,ij->i", B, B)[None, :]
          - 2.0 * (A @ B.T))
     np.maximum(D, 0.0, out=D)
@@ -81,25 +109,34 @@ class ViewKernels(Component):
 
     Parameters
     ----------
-    kernels : sequence of {"rbf", "linear"}
-        Kernel of each view.
-    gammas : sequence of float or None
-        RBF width of each view (ignored for linear views); ``None`` makes it a free
-        hyper-parameter of the graph with a flat prior on ``log γ`` over
+    kernel : {"rbf", "linear"} or a sequence of them, default "rbf"
+        Kernel of every view, or of each view.
+    gamma : float, None or a sequence of them, default None
+        RBF width of every view or of each (ignored for linear views); ``None`` makes it a
+        free hyper-parameter of the graph with a flat prior on ``log γ`` over
         ``GAMMA_RANGE / D_v`` (chosen by the marginal likelihood, or sampled).
+    kernels, gammas : deprecated aliases of ``kernel`` and ``gamma`` (the other pieces' and
+        estimators' names); when given they take precedence, with a ``FutureWarning``.
     """
 
     consumes = (VIEWS,)
     produces = GRAMS
+    RENAMED = {"kernel": "kernels", "gamma": "gammas"}
 
-    def __init__(self, kernels: Sequence[str], gammas: Sequence[float | None]) -> None:
+    def __init__(self, kernel: str | Sequence[str] = "rbf",
+                 gamma: float | Sequence[float | None] | None = None, *,
+                 kernels: Sequence[str] | None = None,
+                 gammas: Sequence[float | None] | None = None) -> None:
+        self.kernel = kernel
+        self.gamma = gamma
         self.kernels = kernels
         self.gammas = gammas
 
     def build(self, ctx: BuildContext, data: MultiViewData) -> list[pt.TensorVariable]:
+        self._warn_renamed()
         grams = []
-        for v, (kind, gamma, X) in enumerate(zip(self.kernels, self.gammas, data.views,
-                                                 strict=True)):
+        kinds, gammas = _view_kernels(self, data.n_views)
+        for v, (kind, gamma, X) in enumerate(zip(kinds, gammas, data.views, strict=True)):
             if kind == "linear":
                 Xd = pm.Data(f"X_{v}", X)
                 grams.append(Xd @ Xd.T)
@@ -113,15 +150,17 @@ class ViewKernels(Component):
 
     def initial_values(self, ctx: BuildContext, rng=None) -> dict[str, np.ndarray]:
         return {f"log_gamma_{v}_interval__": np.array(0.0)
-                for v, (kind, gamma) in enumerate(zip(self.kernels, self.gammas, strict=True))
+                for v, (kind, gamma) in enumerate(zip(*_view_kernels(self, ctx.data.n_views),
+                                                      strict=True))
                 if kind == "rbf" and gamma is None}
 
     def grams(self, views: Sequence[np.ndarray], gammas: Sequence[float | None],
               train_views: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
         """NumPy Gram matrices: ``k(views, train_views)`` (square when train_views is None)."""
         others = [None] * len(views) if train_views is None else train_views
+        kinds, _ = _view_kernels(self, len(views))
         return [view_gram(kind, X, B, g) for kind, X, B, g
-                in zip(self.kernels, views, others, gammas, strict=True)]
+                in zip(kinds, views, others, gammas, strict=True)]
 
 
 class ViewRandomFeatures(Component):
@@ -132,8 +171,9 @@ class ViewRandomFeatures(Component):
     n_frequencies : int
         Number M of random frequencies per RBF view and for the product term (2M features
         each).  Linear views contribute their D_v columns exactly to the sum term.
-    kernels : sequence of {"rbf", "linear"}
-    gammas : sequence of float
+    kernel : {"rbf", "linear"} or a sequence of them, default "rbf"
+        Kernel of every view, or of each view.
+    gamma : float or a sequence of float (None for a linear view)
         RBF widths (fixed: the frequencies are ``sqrt(2γ_v)`` times fixed standard normals).
     base : list of ndarray, optional
         The standard-normal draws (one (M, D_v) array per view); drawn from ``random_seed``
@@ -145,17 +185,24 @@ class ViewRandomFeatures(Component):
     n_features : int or None
         Deprecated alias of ``n_frequencies``; when given it takes precedence, with a
         ``FutureWarning``.
+    kernels, gammas : deprecated aliases of ``kernel`` and ``gamma``, as ``n_features``.
     """
 
     consumes = (VIEWS,)
     produces = VIEW_FEATURES
     provides = frozenset({FIXED, PRODUCT_BLOCK})
-    RENAMED = {"n_frequencies": "n_features", "random_seed": "random_state"}
+    RENAMED = {"n_frequencies": "n_features", "random_seed": "random_state",
+               "kernel": "kernels", "gamma": "gammas"}
 
-    def __init__(self, n_frequencies: int, kernels: Sequence[str], gammas: Sequence[float],
+    def __init__(self, n_frequencies: int, kernel: str | Sequence[str] = "rbf",
+                 gamma: float | Sequence[float | None] | None = None,
                  base: Sequence[np.ndarray] | None = None, random_seed: int | None = None,
-                 random_state: int | None = None, n_features: int | None = None) -> None:
+                 random_state: int | None = None, n_features: int | None = None, *,
+                 kernels: Sequence[str] | None = None,
+                 gammas: Sequence[float | None] | None = None) -> None:
         self.n_frequencies = n_frequencies
+        self.kernel = kernel
+        self.gamma = gamma
         self.kernels = kernels
         self.gammas = gammas
         self.base = base
@@ -181,19 +228,23 @@ class ViewRandomFeatures(Component):
         n = views[0].shape[0]
         phase = np.zeros((n, M))
         linear_factor = np.ones((n, M))
-        per_view = []
-        gammas = [float(g) if g is not None else 0.0 for g in self.gammas]
-        for kind, gamma, X, E in zip(self.kernels, gammas, views, base, strict=True):
+        view_blocks = []
+        kinds, gammas = _view_kernels(self, len(views))
+        for v, (kind, gamma, X, E) in enumerate(zip(kinds, gammas, views, base, strict=True)):
+            if kind == "rbf" and gamma is None:
+                raise ValueError(f"ViewRandomFeatures draws fixed frequencies: give view {v}'s "
+                                 f"RBF width in {self._param_name('gamma')} (None leaves it "
+                                 "free, which only ViewKernels can)")
             if kind == "linear":
-                per_view.append(X)
+                view_blocks.append(X)
                 linear_factor *= X @ E.T
                 continue
             S = X @ (np.sqrt(2.0 * gamma) * E).T
             phase += S
-            per_view.append(fourier_features_of_phases(np.cos(S), np.sin(S), constant=False))
+            view_blocks.append(fourier_features_of_phases(np.cos(S), np.sin(S), constant=False))
         joint = fourier_features_of_phases(np.cos(phase) * linear_factor,
                                            np.sin(phase) * linear_factor, constant=False)
-        return per_view, joint
+        return view_blocks, joint
 
     def build(self, ctx: BuildContext, data: MultiViewData) -> ViewFeatures:
         self._warn_renamed()

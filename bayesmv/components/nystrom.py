@@ -33,7 +33,7 @@ from bayesmv.components.base import (
     Component,
     ViewFeatures,
 )
-from bayesmv.components.kernels import KERNELS, view_gram
+from bayesmv.components.kernels import KERNELS, per_view, view_gram
 from bayesmv.components.linear import publish_view_features
 from bayesmv.data import MultiViewData, block_slices
 
@@ -98,15 +98,6 @@ def _kernel(X: np.ndarray, Y: np.ndarray, name: str, gamma: float | None) -> np.
         return view_gram(name, X, Y, gamma)
     params = {} if gamma is None else {"gamma": gamma}
     return pairwise_kernels(X, Y, metric=name, filter_params=True, **params)
-
-
-def _per_view(value: Any, n_views: int, name: str) -> list:
-    if isinstance(value, str) or value is None or not isinstance(value, Sequence | np.ndarray):
-        return [value] * n_views
-    value = list(value)
-    if len(value) != n_views:
-        raise ValueError(f"{name} has {len(value)} entries but there are {n_views} views")
-    return value
 
 
 @dataclass
@@ -227,13 +218,13 @@ class NystromFeatures(Component):
 
     def check_params(self, n_views: int) -> tuple[list[str], list]:
         """Validate kernel and gamma for ``n_views`` views (raises ValueError)."""
-        kernels = _per_view(self.kernel, n_views, "kernel")
+        kernels = per_view(self.kernel, n_views, "kernel")
         for k in kernels:
             if not isinstance(k, str) or k not in PAIRWISE_KERNEL_FUNCTIONS or k == "precomputed":
                 raise ValueError(f"kernel must name a sklearn pairwise kernel "
                                  f"({sorted(set(PAIRWISE_KERNEL_FUNCTIONS) - {'precomputed'})}),"
                                  f" got {k!r}")
-        gammas = _per_view(self.gamma, n_views, "gamma")
+        gammas = per_view(self.gamma, n_views, "gamma")
         for gm in gammas:
             if gm is not None and (isinstance(gm, bool) or not isinstance(gm, numbers.Real)
                                    or not np.isfinite(gm) or gm <= 0):

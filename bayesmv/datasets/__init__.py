@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from bayesmv.params import renamed_argument
+
 __all__ = [
     "BREAST_CANCER_VIEWS",
     "MULTIPLE_FEATURES_VIEWS",
@@ -186,6 +188,7 @@ def make_nonlinear_latent(
     nonlinearity: str = "quadratic",
     noise: float = 0.5,
     label_noise: float = 0.3,
+    random_seed: SeedLike = None,
     random_state: SeedLike = None,
 ) -> tuple[list[np.ndarray], np.ndarray]:
     """Multi-view data from a shared latent variable with a nonlinear class boundary.
@@ -222,8 +225,10 @@ def make_nonlinear_latent(
         Standard deviation of the feature noise.
     label_noise : float, default 0.3
         Standard deviation of the noise added to the decision function.
-    random_state : int, numpy Generator, SeedSequence or None
+    random_seed : int, numpy Generator, SeedSequence or None
         Seed or generator (a Generator is used, and advanced, in place).
+    random_state : int, numpy Generator, SeedSequence or None
+        Deprecated alias of ``random_seed`` (the estimators' name for a seed).
 
     Returns
     -------
@@ -240,7 +245,8 @@ def make_nonlinear_latent(
     label_noise = _check_nonnegative(label_noise, "label_noise")
     if nonlinearity not in _NONLINEARITIES:
         raise ValueError(f"nonlinearity must be one of {_NONLINEARITIES}, got {nonlinearity!r}")
-    rng = np.random.default_rng(random_state)
+    rng = np.random.default_rng(renamed_argument("make_nonlinear_latent", "random_seed",
+                                                 random_seed, "random_state", random_state))
 
     z = rng.standard_normal((n_samples, latent_dim))
     views = []
@@ -269,6 +275,7 @@ def make_lvm_classification(
     latent_dim: int = 2,
     view_latent_dim: int = 1,
     tau: float | Sequence[float] = (4.0, 9.0),
+    random_seed: SeedLike = None,
     random_state: SeedLike = None,
 ) -> tuple[list[np.ndarray], np.ndarray, dict[str, Any]]:
     """Exact draws from the M3LAK linear-Gaussian latent-variable model.
@@ -293,8 +300,10 @@ def make_lvm_classification(
         Dimension ``K`` of each private latent ``u_v`` (0 for none).
     tau : float or sequence of float, default (4.0, 9.0)
         Noise precision of each view (a scalar applies to every view).
-    random_state : int, numpy Generator, SeedSequence or None
+    random_seed : int, numpy Generator, SeedSequence or None
         Seed or generator (a Generator is used, and advanced, in place).
+    random_state : int, numpy Generator, SeedSequence or None
+        Deprecated alias of ``random_seed`` (the estimators' name for a seed).
 
     Returns
     -------
@@ -319,7 +328,8 @@ def make_lvm_classification(
         ) from None
     if not np.all(np.isfinite(taus) & (taus > 0)):
         raise ValueError(f"tau must be positive and finite, got {tau!r}")
-    rng = np.random.default_rng(random_state)
+    rng = np.random.default_rng(renamed_argument("make_lvm_classification", "random_seed",
+                                                 random_seed, "random_state", random_state))
 
     H = rng.standard_normal((n_samples, latent_dim))
     views, Ws, Vs, Us = [], [], [], []

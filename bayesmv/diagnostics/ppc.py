@@ -20,6 +20,7 @@ from sklearn.calibration import calibration_curve
 from sklearn.metrics import brier_score_loss, log_loss
 
 from bayesmv.diagnostics.html_tables import frame_html
+from bayesmv.params import renamed_argument
 
 #: a p-value outside [EXTREME, 1 - EXTREME] is reported
 EXTREME = 0.025
@@ -204,8 +205,10 @@ def _statistics(labels: np.ndarray, pred: np.ndarray, n_classes: int) -> dict[st
 
 def posterior_predictive_check(estimator, X, y, *, n_replications: int = 1000,
                                n_bins: int = 10,
-                               random_state: int | np.random.Generator | None = 0,
-                               proba: np.ndarray | None = None) -> PPCReport:
+                               random_seed: int | np.random.Generator | None = 0,
+                               proba: np.ndarray | None = None,
+                               random_state: int | np.random.Generator | None = None
+                               ) -> PPCReport:
     """Posterior predictive check and calibration of a fitted classifier on (X, y).
 
     For each replication r a posterior draw s (cycling through the draws) gives class
@@ -227,11 +230,13 @@ def posterior_predictive_check(estimator, X, y, *, n_replications: int = 1000,
         has one draw, an ensemble one per mode, and is replicated from them in turn).
     n_bins : int, default 10
         Bins of the reliability curve and the expected calibration error.
-    random_state : int, Generator or None, default 0
+    random_seed : int, Generator or None, default 0
         Seed of the replications.
     proba : ndarray of shape (n_samples, n_classes), optional
         ``estimator.predict_proba(X)``, when the caller has it already (for M3LAK computing it
         is a pass over every posterior draw); by default it is computed here.
+    random_state : int, Generator or None
+        Deprecated alias of ``random_seed``.
 
     Returns
     -------
@@ -260,7 +265,8 @@ def posterior_predictive_check(estimator, X, y, *, n_replications: int = 1000,
         pred_labels = np.asarray(estimator.predict(X))
     pred = _label_indices(pred_labels, classes, n)
 
-    rng = np.random.default_rng(random_state)
+    rng = np.random.default_rng(renamed_argument("posterior_predictive_check", "random_seed",
+                                                 random_seed, "random_state", random_state))
     R = int(n_replications)
     draw_of = np.arange(R) % S
     # Categorical draws by inverse CDF: y_rep = #{k : u > cumsum_k}

@@ -23,6 +23,7 @@ from sklearn.metrics import confusion_matrix
 from bayesmv.diagnostics.convergence import ConvergenceReport, check_convergence
 from bayesmv.diagnostics.html_tables import frame_html, scrollable
 from bayesmv.diagnostics.ppc import posterior_predictive_check
+from bayesmv.params import renamed_argument
 
 __all__ = ["report", "wall_time_summary", "wilson_interval"]
 
@@ -194,7 +195,7 @@ def _training_summary(est) -> dict[str, Any]:
 def report(estimator, X_test, y_test, path: str | Path, *, title: str | None = None,
            extra: dict[str, Any] | None = None, fit_seconds: float | None = None,
            proba: np.ndarray | None = None, n_replications: int = 1000,
-           random_state: int | None = 0) -> Path:
+           random_seed: int | None = 0, random_state: int | None = None) -> Path:
     """Write one self-contained HTML report of a fitted classifier on test data.
 
     Sections: summary; data (training and test); fit settings and timings; convergence
@@ -221,8 +222,10 @@ def report(estimator, X_test, y_test, path: str | Path, *, title: str | None = N
         it again).
     n_replications : int, default 1000
         Replicated label vectors of the posterior predictive check.
-    random_state : int or None, default 0
+    random_seed : int or None, default 0
         Seed of the replications.
+    random_state : int or None
+        Deprecated alias of ``random_seed``.
 
     Returns
     -------
@@ -249,7 +252,9 @@ def report(estimator, X_test, y_test, path: str | Path, *, title: str | None = N
         conv = check_convergence(estimator)
     kind = conv.inference
     ppc = posterior_predictive_check(estimator, X_test, y_test, n_replications=n_replications,
-                                     random_state=random_state, proba=proba)
+                                     random_seed=renamed_argument(
+                                         "report", "random_seed", random_seed, "random_state",
+                                         random_state), proba=proba)
     n = len(y_test)
     pred = ppc.y_pred  # the predictions the check already made
     correct = int(np.sum(pred == y_test))

@@ -141,7 +141,8 @@ def why_not(built: BuiltModel, inference: str) -> str | None:
     names = " + ".join(type(p).__name__ for p in b.pieces)
     if "f" not in built.model.named_vars:
         return (f"{names} has no explicit decision values f (a Gaussian-process combiner): "
-                "its posterior and predictions are the closed form of RhoTMVRKM")
+                "its posterior and predictions are the Gaussian process's closed form "
+                "(inference/evidence.py chooses its hyper-parameters)")
     if inference == "exact":
         reason = _not_gaussian(built)
         return None if reason is None else f"exact needs a Gaussian posterior ({names}: {reason})"

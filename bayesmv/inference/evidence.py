@@ -1,4 +1,5 @@
-"""Choosing ϱTMV-RKM's hyper-parameters, and calibrating its probabilities.
+"""Choosing the hyper-parameters of the ϱ-tensor Gaussian process (per-view kernels, the
+ϱ-tensor combiner and a Gaussian likelihood on ±1 targets), and calibrating its probabilities.
 
 The model (the Gaussian-process reading of ϱTMV-RKM, on the scale of the ±1 targets) is,
 for every task column t,

@@ -1,4 +1,5 @@
-"""MVML solvers: the exact Gaussian g-step, the metric (A) updates and the view weights.
+"""Solvers of the block-metric combiner (MVML's model): the exact Gaussian g-step, the
+metric (A) updates and the view weights.
 
 Notation (Huusari, Kadri & Capponi 2018): ``Ũ = [U_1, …, U_V]`` (N × n, n = Σ r_v) the
 Nyström features,

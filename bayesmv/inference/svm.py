@@ -1,4 +1,4 @@
-"""Inference for linear hinge models with an unregularised bias (MVL-SVM).
+"""Inference for linear hinge models on fixed features with an unregularised bias.
 
 The model: ``θ_t ~ N(0, I)``, flat ``b_t``, ``f_t = Φ θ_tᵀ + b_t`` and the hinge
 pseudo-likelihood ``exp(-2C·max(0, 1 - y f))`` (the builder's :class:`HingeLikelihood`), one

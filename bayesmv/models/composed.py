@@ -85,6 +85,8 @@ class MultiViewClassifier(BaseMultiViewClassifier):
     nuts_sampler : {"pymc", "nutpie", "numpyro", "blackjax"}, default "pymc"
     max_predict_draws : int, default 200
         Evenly spaced posterior draws averaged by ``predict_proba``.
+    progressbar : bool, default False
+        Show PyMC's progress bar while sampling (as the presets' ``progressbar``).
 
     Attributes
     ----------
@@ -114,7 +116,8 @@ class MultiViewClassifier(BaseMultiViewClassifier):
                  n_init: int = 3, ensemble: int | None = 1, max_iter: int = 2000,
                  tol: float = 1e-9,
                  target_accept: float = 0.9,
-                 nuts_sampler: str = "pymc", max_predict_draws: int = 200) -> None:
+                 nuts_sampler: str = "pymc", max_predict_draws: int = 200,
+                 progressbar: bool = False) -> None:
         self.builder = builder
         self.inference = inference
         self.draws = draws
@@ -131,6 +134,7 @@ class MultiViewClassifier(BaseMultiViewClassifier):
         self.target_accept = target_accept
         self.nuts_sampler = nuts_sampler
         self.max_predict_draws = max_predict_draws
+        self.progressbar = progressbar
 
     # ------------------------------------------------------------------ checks
     def _check_params(self) -> None:
@@ -190,7 +194,8 @@ class MultiViewClassifier(BaseMultiViewClassifier):
             draws=int(self.draws), tune=int(self.tune), chains=int(self.chains),
             cores=self.cores, random_seed=self.random_seed, n_init=int(self.n_init),
             ensemble=self._modes(), max_iter=int(self.max_iter), tol=float(self.tol),
-            target_accept=float(self.target_accept), nuts_sampler=self.nuts_sampler)
+            target_accept=float(self.target_accept), nuts_sampler=self.nuts_sampler,
+            progressbar=bool(self.progressbar))
         idata, info = engines.fit(built, inference, settings)
         elapsed = time.perf_counter() - start
         if inference in ("nuts", "gibbs", "hybrid"):

@@ -170,8 +170,9 @@ class RhoTMVRKM(BaseMultiViewClassifier):
         ``ml_max_samples``), the calibration slope on the random-feature fit itself.
     random_seed : int or None
         Seeds the random features, the selection subsample and the Laplace draws.
-    laplace_draws : int, default 200
-        Joint posterior draws stored in ``idata_`` by ``inference="laplace"``.
+    draws : int, default 200
+        Joint posterior draws stored in ``idata_`` by ``inference="laplace"`` (the
+        estimators' common name for posterior draws).
     ml_max_samples : int, default 2000
         Either criterion costs O(N³) per evaluation; above this many training rows the
         hyper-parameters are chosen on a random subsample of this size (exact kernels).
@@ -180,8 +181,8 @@ class RhoTMVRKM(BaseMultiViewClassifier):
         others leave (:func:`bayesmv.data.check_views`).
     standardize : bool, default True
         Standardise each view on the training rows.
-    lam, n_features : float, int or None, default None
-        Deprecated aliases of ``alpha`` and ``n_frequencies``; when given they take
+    lam, n_features, laplace_draws : float, int or None, default None
+        Deprecated aliases of ``alpha``, ``n_frequencies`` and ``draws``; when given they take
         precedence, with a ``FutureWarning``.
 
     Attributes
@@ -231,12 +232,13 @@ class RhoTMVRKM(BaseMultiViewClassifier):
         multiclass: str = "ova",
         n_frequencies: int | None = None,
         random_seed: int | None = None,
-        laplace_draws: int = 200,
+        draws: int = 200,
         ml_max_samples: int = 2000,
         view_sizes: tuple[int, ...] | None = None,
         standardize: bool = True,
         lam: float | None = None,
         n_features: int | None = None,
+        laplace_draws: int | None = None,
     ) -> None:
         self.rho = rho
         self.alpha = alpha
@@ -250,14 +252,15 @@ class RhoTMVRKM(BaseMultiViewClassifier):
         self.multiclass = multiclass
         self.n_frequencies = n_frequencies
         self.random_seed = random_seed
-        self.laplace_draws = laplace_draws
+        self.draws = draws
         self.ml_max_samples = ml_max_samples
         self.view_sizes = view_sizes
         self.standardize = standardize
         self.lam = lam
         self.n_features = n_features
+        self.laplace_draws = laplace_draws
 
-    RENAMED = {"alpha": "lam", "n_frequencies": "n_features"}
+    RENAMED = {"alpha": "lam", "n_frequencies": "n_features", "draws": "laplace_draws"}
 
     @property
     def lam_(self) -> float:
@@ -293,8 +296,8 @@ class RhoTMVRKM(BaseMultiViewClassifier):
         if self._param("n_frequencies") is not None:
             check_positive(self._param_name("n_frequencies"), self._param("n_frequencies"),
                            integer=True)
-        for name in ("laplace_draws", "ml_max_samples"):
-            check_positive(name, getattr(self, name), integer=True)
+        check_positive(self._param_name("draws"), self._param("draws"), integer=True)
+        check_positive("ml_max_samples", self.ml_max_samples, integer=True)
         if self.ml_max_samples < 10:
             raise ValueError(f"ml_max_samples must be at least 10, got {self.ml_max_samples}")
 
@@ -481,7 +484,7 @@ class RhoTMVRKM(BaseMultiViewClassifier):
                 np.sum(grams, axis=0) / (len(grams) * self.eta * tau))
             fitted["loo"] = self._loo(loo_pieces(post, Y, noise, G, tau), noise, tau)
         if self.inference == "laplace":
-            g, b = post.draws(K, Y, noise, self.laplace_draws, rng)
+            g, b = post.draws(K, Y, noise, self._param("draws"), rng)
             f_train = g + b[:, None, :]
         else:
             f_train, b = (Y - noise * post.weights)[None], post.bias[None]
@@ -539,7 +542,7 @@ class RhoTMVRKM(BaseMultiViewClassifier):
             group[f"rff_base_{v}"] = (("frequency", f"feature_{v}"), E)
         group["u_product"] = (("block_product", "task"), joint.T @ dual)
         if self.inference == "laplace":
-            W = post.draws(self.laplace_draws, rng)
+            W = post.draws(self._param("draws"), rng)
             f_train = np.einsum("np,spt->snt", Psi, W[:, :-1]) + W[:, None, -1]
             b = W[:, -1]
             group["chol"] = (("weight1", "weight1_"), post.chol)
@@ -733,7 +736,7 @@ class RhoTMVRKM(BaseMultiViewClassifier):
         ``calibration="temperature"``, the model's ``h = g(x) + b`` with ``"likelihood"``):
         (n_draws, n_samples, n_tasks).
 
-        ``inference="laplace"``: ``laplace_draws`` per-point marginal draws from the exact
+        ``inference="laplace"``: ``draws`` per-point marginal draws from the exact
         Gaussian posterior ``N(mean_i, var_i)`` of each row (independent across rows, so
         they are not joint draws of the function); ``"map"``: the posterior mean as one
         draw.
@@ -743,7 +746,7 @@ class RhoTMVRKM(BaseMultiViewClassifier):
         if self.inference != "laplace":
             return mean[None]
         rng = np.random.default_rng(np.random.SeedSequence([self._seed(), 3]))
-        z = rng.standard_normal((self.laplace_draws,) + mean.shape)
+        z = rng.standard_normal((self._param("draws"),) + mean.shape)
         return mean + np.sqrt(np.maximum(var, 0.0))[:, None] * z
 
     def _class_probability_draws(self, X) -> np.ndarray:
