@@ -306,7 +306,7 @@ def svm_features(p: MVLSVMProblem, rng: np.random.Generator
     views = tuple(rng.standard_normal((p.n_samples, D)) for D in p.view_dims)
     data = MultiViewData(views, np.ones((p.n_samples, len(views)), dtype=bool),
                          tuple(f"view{v}" for v in range(len(views))))
-    fmap = LandmarkFeatures(p.n_landmarks, impute=None, random_seed=rng).fit(data)
+    fmap = LandmarkFeatures(p.n_landmarks, impute=None, random_seed=rng).fit_state(data)
     return data, fmap
 
 

@@ -321,7 +321,9 @@ def test_one_builder_fits_two_data_sets_independently(small):
     a = MultiViewClassifier(builder, inference="map", random_seed=0).fit(X, y)
     b = MultiViewClassifier(builder, inference="map", random_seed=0).fit(
         [v[::-1] for v in X], y[::-1])
-    assert not features.is_fitted  # the component itself never changes
+    # the component itself never changes: no fitted attribute, the same parameters
+    assert not [name for name in vars(features) if name.endswith("_")]
+    assert features.get_params() == LandmarkFeatures(6, random_seed=0).get_params()
     rows_a = a._fitted()["landmarks"].landmarks_[0]
     rows_b = b._fitted()["landmarks"].landmarks_[0]
     assert not np.array_equal(rows_a, rows_b)
@@ -356,9 +358,9 @@ def test_random_state_is_a_deprecated_alias_of_random_seed_in_components():
 
     views = [np.random.default_rng(0).normal(size=(30, 3)) for _ in range(2)]
     data = check_views(views)
-    new = LandmarkFeatures(5, random_seed=4).fit(data)
+    new = LandmarkFeatures(5, random_seed=4).fit_state(data)
     with pytest.warns(FutureWarning, match="use random_seed"):
-        old = LandmarkFeatures(5, random_state=4).fit(data)
+        old = LandmarkFeatures(5, random_state=4).fit_state(data)
     np.testing.assert_array_equal(old.landmark_indices_, new.landmark_indices_)
     with pytest.warns(FutureWarning, match="use random_seed"):
         state = NystromFeatures(0.3, random_state=4).fit_state(data)

@@ -233,21 +233,39 @@ def test_landmark_features_are_per_view_rbf_similarities_and_complete_rows_pass_
     views = [rng.normal(size=(25, 4)), rng.normal(size=(25, 9))]
     data = check_views(views)
     for impute in ("landmarks", "bayes", "zero", None):
-        fmap = LandmarkFeatures(n_landmarks=6, impute=impute, random_seed=0).fit(data)
+        fmap = LandmarkFeatures(n_landmarks=6, impute=impute, random_seed=0).fit_state(data)
         lm = fmap.landmark_indices_
         expected = np.hstack([np.exp(-((X[:, None, :] - X[lm][None]) ** 2).sum(-1) / X.shape[1])
                               for X in views])  # paper's radius √D_v
         np.testing.assert_allclose(fmap.transform(data), expected, rtol=1e-12)
-    fmap = LandmarkFeatures(6, gamma=[0.5, 2.0], random_seed=0).fit(data)
+    fmap = LandmarkFeatures(6, gamma=[0.5, 2.0], random_seed=0).fit_state(data)
     np.testing.assert_allclose(fmap.transform(data)[:, 6:],
                                np.exp(-2.0 * ((views[1][:, None] - views[1][fmap.landmark_indices_]
                                                [None]) ** 2).sum(-1)), rtol=1e-12)
 
 
+def test_landmark_piece_is_a_specification_its_fitted_map_a_separate_object():
+    """``fit_state`` returns the fitted map and leaves the piece alone; ``indices`` rebuilds
+    the same map; the former ``fit`` is a deprecated alias returning that map."""
+    rng = np.random.default_rng(4)
+    data = check_views([rng.normal(size=(30, 3)), rng.normal(size=(30, 2))])
+    piece = LandmarkFeatures(5, impute="bayes", random_seed=1)
+    fitted = piece.fit_state(data)
+    assert not [name for name in vars(piece) if name.endswith("_")]
+    again = LandmarkFeatures(impute="bayes", indices=fitted.landmark_indices_).fit_state(data)
+    np.testing.assert_array_equal(again.transform(data), fitted.transform(data))
+    assert (again.coef_var_, again.noise_var_) == (fitted.coef_var_, fitted.noise_var_)
+    with pytest.warns(FutureWarning, match="LandmarkFeatures.fit is deprecated; use fit_state"):
+        old = piece.fit(data)
+    np.testing.assert_array_equal(old.landmark_indices_, fitted.landmark_indices_)
+    with pytest.raises(ValueError, match="indices must be training rows with every view"):
+        LandmarkFeatures(indices=[0, 30]).fit_state(data)
+
+
 def test_least_squares_imputation_is_eq_11():
     rng = np.random.default_rng(1)
     views = [rng.normal(size=(40, 3)), rng.normal(size=(40, 5)), rng.normal(size=(40, 2))]
-    fmap = LandmarkFeatures(n_landmarks=4, random_seed=2).fit(check_views(views))
+    fmap = LandmarkFeatures(n_landmarks=4, random_seed=2).fit_state(check_views(views))
     lm = fmap.landmark_indices_
     missing = [v.copy() for v in views]
     target_rows = np.array([lm[0], 7 if 7 not in lm else 8])
@@ -273,7 +291,7 @@ def test_probabilistic_imputation_marginal_likelihood_and_limit():
     views[1][:10] = np.nan
     views[0][40:45] = np.nan
     data = check_views(views)
-    fmap = LandmarkFeatures(n_landmarks=5, impute="bayes", random_seed=0).fit(data)
+    fmap = LandmarkFeatures(n_landmarks=5, impute="bayes", random_seed=0).fit_state(data)
     M = fmap.similarities(data)
     P = fmap.projections_
     s2, sig2 = 0.3, 0.02

@@ -10,7 +10,7 @@ from bayesmv.components.features import (
 )
 from bayesmv.components.interaction import CPInteractionCombiner
 from bayesmv.components.kernels import ViewKernels, ViewRandomFeatures
-from bayesmv.components.landmarks import LandmarkFeatures
+from bayesmv.components.landmarks import LandmarkFeatures, LandmarkMap
 from bayesmv.components.latent import SharedLatent
 from bayesmv.components.likelihoods import (
     GaussianLikelihood,
@@ -34,6 +34,7 @@ __all__ = [
     "GaussianSpectral",
     "HingeLikelihood",
     "LandmarkFeatures",
+    "LandmarkMap",
     "LinearFeatures",
     "LogisticLikelihood",
     "NystromFeatures",

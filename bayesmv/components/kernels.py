@@ -88,12 +88,14 @@ def squared_distances(A: np.ndarray, B: np.ndarray | None = None) -> np.ndarray:
     Expanded as ``||a||² + ||b||² - 2 aᵀb`` (one matrix product), as scikit-learn's
     ``euclidean_distances`` does, without its input checks, which cost more than the product
     on the small blocks the Nyström and landmark maps compare.  Both sets are first shifted
-    by A's column means (distances do not change): the expansion cancels ``||a||²`` against
-    ``2aᵀb``, so features far from zero relative to their spread (an unstandardised view at
-    1e8 ± 1) would otherwise leave only rounding error.
+    by B's column means (A's when B is None; distances do not change): the expansion cancels
+    ``||a||²`` against ``2aᵀb``, so features far from zero relative to their spread (an
+    unstandardised view at 1e8 ± 1) would otherwise leave only rounding error.  The shift
+    comes from B (landmarks, training rows), so a row of A gets the same distances whatever
+    other rows it is passed with.
     """
     square = B is None or B is A
-    shift = A.mean(axis=0)
+    shift = (A if square else B).mean(axis=0)
     A = A - shift
     B = A if square else B - shift
     D = (np.einsum("ij,ij->i", A, A)[:, None] + np.einsum("ij,ij->i", B, B)[None, :]

@@ -37,7 +37,6 @@ import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
 from scipy import linalg, optimize
-from sklearn.base import clone
 from threadpoolctl import threadpool_limits
 
 from bayesmv.components.base import (
@@ -127,116 +126,49 @@ def _check_gamma(gamma: Any, view_sizes: tuple[int, ...]) -> np.ndarray:
     return values
 
 
-class LandmarkFeatures(Component):
-    """Per-view RBF similarities to landmarks drawn uniformly from the complete training rows.
+def _check_imputable(impute: str | None, data: MultiViewData, argument: str = "X") -> None:
+    """Raise ValueError when ``data`` has missing views and ``impute`` is None."""
+    if impute is None and data.has_missing:
+        views = [data.view_names[v] for v in np.flatnonzero(~data.observed.all(axis=0))]
+        raise ValueError(f"{argument}: views {views} are missing for some samples but "
+                         "impute=None; use impute='landmarks' (the paper's least squares "
+                         "on the landmarks), 'bayes' or 'zero', or drop those samples")
+
+
+class LandmarkMap:
+    """A fitted landmark map: what :meth:`LandmarkFeatures.fit_state` learns from the
+    training rows, and everything prediction needs again.
 
     Parameters
     ----------
-    n_landmarks : int or "auto", default 50
-        Number L of landmarks; the feature vector has L·V entries.  When fewer training rows
-        have every view, all of them are used (with a warning), as scikit-learn's Nystroem
-        does when asked for more components than samples.  ``"auto"``: 200 (``AUTO_LANDMARKS``)
-        or every complete row when there are fewer, without a warning.
-    gamma : None, float or sequence of float
-        RBF precision ``γ_v`` of ``exp(-γ_v ||a - b||²)``: None gives the paper's radius
-        √D_v (``γ_v = 1/D_v``); one number for every view, or one per view.
-    impute : {"landmarks", "bayes", "zero", None}, default "landmarks"
-        How missing similarity blocks are filled (see the module notes).
-    random_seed : int, numpy Generator or None
-        Seed of the landmark draw.
-    random_state : int, numpy Generator or None
-        Deprecated alias of ``random_seed``.
+    landmark_indices : array of int, shape (L,)
+        Training rows used as landmarks.
+    landmarks : tuple of ndarray
+        The landmarks' views, (L, D_v) each.
+    gamma : array, shape (V,)
+        RBF precision per view.
+    impute : {"landmarks", "bayes", "zero", None}
+        How missing similarity blocks are filled.
+    coef_var, noise_var : float or None
+        s² and σ² of the probabilistic eq. 11 (``impute="bayes"``; see
+        :meth:`fit_imputation_prior`).
 
     Attributes
     ----------
-    landmark_indices_ : ndarray of int, shape (L,)
-        Training rows used as landmarks.
-    landmarks_ : tuple of ndarray
-        The landmarks' views, (L, D_v) each.
-    gamma_ : ndarray, shape (V,)
-        RBF precision per view.
+    landmark_indices_, landmarks_, gamma_, coef_var_, noise_var_
+        The parameters above.
     projections_ : ndarray, shape (L, L·V)
         ``P``: the landmarks' own features.
-    coef_var_, noise_var_ : float
-        s² and σ² of the probabilistic eq. 11 (``impute="bayes"`` only).
     """
 
-    consumes = (VIEWS,)
-    produces = VIEW_FEATURES
-    RENAMED = {"random_seed": "random_state"}
-
-    @property
-    def provides(self) -> frozenset[str]:  # type: ignore[override]
-        """Fixed data, except under ``impute="bayes"``, whose missing blocks are random."""
-        return frozenset() if self.impute == "bayes" else frozenset({FIXED})
-
-    def __init__(self, n_landmarks: int = 50, gamma: Any = None, impute: str | None = "landmarks",
-                 random_seed: Any = None, random_state: Any = None) -> None:
-        self.n_landmarks = n_landmarks
-        self.gamma = gamma
-        self.impute = impute
-        self.random_seed = random_seed
-        self.random_state = random_state
-
-    # ------------------------------------------------------------------ fitting
-    def validate(self) -> None:
-        """Check the parameters (cheap; called before any work)."""
-        n = self.n_landmarks
-        if isinstance(n, str) and n == "auto":
-            pass
-        elif not isinstance(n, numbers.Integral) or isinstance(n, bool) or n < 1:
-            raise ValueError(f"n_landmarks must be a positive integer or 'auto', got {n!r}")
-        if self.impute not in IMPUTE_OPTIONS:
-            raise ValueError(f"impute must be one of {IMPUTE_OPTIONS}, got {self.impute!r}")
-
-    def check_imputable(self, data: MultiViewData, argument: str = "X") -> None:
-        """Raise ValueError when ``data`` has missing views and ``impute`` is None."""
-        if self.impute is None and data.has_missing:
-            views = [data.view_names[v] for v in np.flatnonzero(~data.observed.all(axis=0))]
-            raise ValueError(f"{argument}: views {views} are missing for some samples but "
-                             "impute=None; use impute='landmarks' (the paper's least squares "
-                             "on the landmarks), 'bayes' or 'zero', or drop those samples")
-
-    @property
-    def is_fitted(self) -> bool:
-        return hasattr(self, "landmarks_")
-
-    def fit(self, data: MultiViewData) -> LandmarkFeatures:
-        """Draw the landmarks from the complete rows of ``data`` (and fit the imputer)."""
-        self.validate()
-        self._warn_renamed()
-        gamma = _check_gamma(self.gamma, data.view_sizes)
-        complete = np.flatnonzero(data.observed.all(axis=1))
-        if complete.size == 0:
-            raise ValueError("no training row has every view, but landmarks must be complete "
-                             "rows (their similarity blocks anchor the imputation)")
-        L = self.resolved_n_landmarks(data)
-        if complete.size < L:
-            warnings.warn(f"n_landmarks={L} but only {complete.size} training rows have every "
-                          f"view; using all {complete.size} of them as landmarks", UserWarning,
-                          stacklevel=2)
-            L = complete.size
-        rng = np.random.default_rng(self._param("random_seed"))
-        indices = np.sort(rng.choice(complete, size=L, replace=False))
-        self.set_landmarks(indices, tuple(X[indices] for X in data.views), gamma)
-        if self.impute == "bayes":
-            M = self.similarities(data)
-            self.coef_var_, self.noise_var_ = self.fit_imputation_prior(M, data.observed)
-        return self
-
-    def resolved_n_landmarks(self, data: MultiViewData) -> int:
-        """L for ``data``: ``n_landmarks``, or ``"auto"``'s min(200, rows with every view)."""
-        if isinstance(self.n_landmarks, str):
-            complete = int(np.count_nonzero(data.observed.all(axis=1)))
-            return max(1, min(AUTO_LANDMARKS, complete))
-        return int(self.n_landmarks)
-
-    def set_landmarks(self, indices: np.ndarray, landmarks: tuple[np.ndarray, ...],
-                      gamma: np.ndarray) -> None:
-        """Install fitted state (used by ``fit`` and when a saved model is loaded)."""
-        self.landmark_indices_ = np.asarray(indices, dtype=np.int64)
+    def __init__(self, landmark_indices: np.ndarray, landmarks: tuple[np.ndarray, ...],
+                 gamma: np.ndarray, impute: str | None, coef_var: float | None = None,
+                 noise_var: float | None = None) -> None:
+        self.landmark_indices_ = np.asarray(landmark_indices, dtype=np.int64)
         self.landmarks_ = tuple(np.ascontiguousarray(X, dtype=float) for X in landmarks)
         self.gamma_ = np.asarray(gamma, dtype=float)
+        self.impute = impute
+        self.coef_var_, self.noise_var_ = coef_var, noise_var
         complete = np.ones((len(self.landmark_indices_), len(self.landmarks_)), dtype=bool)
         self.projections_ = self._similarity_blocks(self.landmarks_, complete)
 
@@ -266,8 +198,6 @@ class LandmarkFeatures(Component):
 
     def similarities(self, data: MultiViewData) -> np.ndarray:
         """Raw landmark features (n, L·V); NaN in the blocks of missing views."""
-        if not self.is_fitted:
-            raise RuntimeError("LandmarkFeatures is not fitted; call fit first")
         if data.n_views != self.n_views_:
             raise ValueError(f"data has {data.n_views} views, the landmarks {self.n_views_}")
         return self._similarity_blocks(data.views, data.observed)
@@ -277,7 +207,7 @@ class LandmarkFeatures(Component):
         M = self.similarities(data)
         if not data.has_missing:
             return M
-        self.check_imputable(data)
+        _check_imputable(self.impute, data)
         if self.impute == "zero":
             return np.nan_to_num(M, nan=0.0)
         if self.impute == "landmarks":
@@ -386,20 +316,132 @@ class LandmarkFeatures(Component):
                                          noise_var=float(sig2)))
         return out
 
+
+class LandmarkFeatures(Component):
+    """Per-view RBF similarities to landmarks drawn uniformly from the complete training rows.
+
+    A specification: :meth:`fit_state` (and ``build``) return the fitted
+    :class:`LandmarkMap` and leave the component unchanged, so one component serves any
+    number of data sets.
+
+    Parameters
+    ----------
+    n_landmarks : int or "auto", default 50
+        Number L of landmarks; the feature vector has L·V entries.  When fewer training rows
+        have every view, all of them are used (with a warning), as scikit-learn's Nystroem
+        does when asked for more components than samples.  ``"auto"``: 200 (``AUTO_LANDMARKS``)
+        or every complete row when there are fewer, without a warning.
+    gamma : None, float or sequence of float
+        RBF precision ``γ_v`` of ``exp(-γ_v ||a - b||²)``: None gives the paper's radius
+        √D_v (``γ_v = 1/D_v``); one number for every view, or one per view.
+    impute : {"landmarks", "bayes", "zero", None}, default "landmarks"
+        How missing similarity blocks are filled (see the module notes).
+    random_seed : int, numpy Generator or None
+        Seed of the landmark draw.
+    indices : array of int or None
+        Use these training rows (each with every view) as the landmarks instead of drawing
+        them (``n_landmarks`` is then their number), e.g. to rebuild a fitted map.
+    random_state : int, numpy Generator or None
+        Deprecated alias of ``random_seed``.
+    """
+
+    consumes = (VIEWS,)
+    produces = VIEW_FEATURES
+    RENAMED = {"random_seed": "random_state"}
+
+    @property
+    def provides(self) -> frozenset[str]:  # type: ignore[override]
+        """Fixed data, except under ``impute="bayes"``, whose missing blocks are random."""
+        return frozenset() if self.impute == "bayes" else frozenset({FIXED})
+
+    def __init__(self, n_landmarks: int = 50, gamma: Any = None, impute: str | None = "landmarks",
+                 random_seed: Any = None, indices: Any = None,
+                 random_state: Any = None) -> None:
+        self.n_landmarks = n_landmarks
+        self.gamma = gamma
+        self.impute = impute
+        self.random_seed = random_seed
+        self.indices = indices
+        self.random_state = random_state
+
+    # ------------------------------------------------------------------ fitting
+    def validate(self) -> None:
+        """Check the parameters (cheap; called before any work)."""
+        n = self.n_landmarks
+        if isinstance(n, str) and n == "auto":
+            pass
+        elif not isinstance(n, numbers.Integral) or isinstance(n, bool) or n < 1:
+            raise ValueError(f"n_landmarks must be a positive integer or 'auto', got {n!r}")
+        if self.impute not in IMPUTE_OPTIONS:
+            raise ValueError(f"impute must be one of {IMPUTE_OPTIONS}, got {self.impute!r}")
+
+    def check_imputable(self, data: MultiViewData, argument: str = "X") -> None:
+        """Raise ValueError when ``data`` has missing views and ``impute`` is None."""
+        _check_imputable(self.impute, data, argument)
+
+    def fit_state(self, data: MultiViewData) -> LandmarkMap:
+        """Draw the landmarks from the complete rows of ``data`` (or take ``indices``), fit
+        the imputer, and return the fitted :class:`LandmarkMap` (the component is not
+        changed)."""
+        self.validate()
+        self._warn_renamed()
+        gamma = _check_gamma(self.gamma, data.view_sizes)
+        complete = np.flatnonzero(data.observed.all(axis=1))
+        if self.indices is not None:
+            indices = np.asarray(self.indices, dtype=np.int64).reshape(-1)
+            if indices.size == 0 or not np.all(np.isin(indices, complete)):
+                raise ValueError("indices must be training rows with every view observed, "
+                                 f"at most {data.n_samples - 1}")
+        else:
+            if complete.size == 0:
+                raise ValueError("no training row has every view, but landmarks must be "
+                                 "complete rows (their similarity blocks anchor the "
+                                 "imputation)")
+            L = self.resolved_n_landmarks(data)
+            if complete.size < L:
+                warnings.warn(f"n_landmarks={L} but only {complete.size} training rows have "
+                              f"every view; using all {complete.size} of them as landmarks",
+                              UserWarning, stacklevel=2)
+                L = complete.size
+            rng = np.random.default_rng(self._param("random_seed"))
+            indices = np.sort(rng.choice(complete, size=L, replace=False))
+        fitted = LandmarkMap(indices, tuple(X[indices] for X in data.views), gamma,
+                             self.impute)
+        if self.impute == "bayes":
+            M = fitted.similarities(data)
+            fitted.coef_var_, fitted.noise_var_ = fitted.fit_imputation_prior(M, data.observed)
+        return fitted
+
+    def fit(self, data: MultiViewData) -> LandmarkMap:
+        """Deprecated: :meth:`fit_state` (which this returns; the component is no longer
+        changed)."""
+        warnings.warn("LandmarkFeatures.fit is deprecated; use fit_state, which returns the "
+                      "fitted LandmarkMap (transform, similarities, landmark_indices_, ...) "
+                      "and leaves the component unchanged", FutureWarning, stacklevel=2)
+        return self.fit_state(data)
+
+    def resolved_n_landmarks(self, data: MultiViewData) -> int:
+        """L for ``data``: the number of ``indices``, ``n_landmarks``, or ``"auto"``'s
+        min(200, rows with every view)."""
+        if self.indices is not None:
+            return int(np.asarray(self.indices).size)
+        if isinstance(self.n_landmarks, str):
+            complete = int(np.count_nonzero(data.observed.all(axis=1)))
+            return max(1, min(AUTO_LANDMARKS, complete))
+        return int(self.n_landmarks)
+
     # ------------------------------------------------------------------ graph
     def build(self, ctx: BuildContext, data: MultiViewData) -> ViewFeatures:
         """Add the landmark features to the model: one block of L similarities per view.
 
-        The landmarks are this component's own when it was fitted explicitly (:meth:`fit`, as
-        :class:`~bayesmv.MVLSVM` does); otherwise a fitted copy is made on the training rows
-        and kept in the built model (``ctx.state["landmarks"]``), so the component itself
-        does not change.  The features are fixed data, except the missing blocks under
-        ``impute="bayes"``: those are random variables ``mu_missing_k`` (one per missing-view
-        pattern k) with the Gaussian prior of :meth:`missing_blocks`; on new rows their
-        prior means fill them in.
+        The fitted :class:`LandmarkMap` (:meth:`fit_state` on the training rows) is kept in
+        the built model (``ctx.state["landmarks"]``); the component itself does not change.
+        The features are fixed data, except the missing blocks under ``impute="bayes"``: those
+        are random variables ``mu_missing_k`` (one per missing-view pattern k) with the
+        Gaussian prior of :meth:`LandmarkMap.missing_blocks`; on new rows their prior means
+        fill them in.
         """
-        fitted = (self if self.is_fitted else
-                  ctx.fitted_state("landmarks", lambda: clone(self).fit(data)))
+        fitted = ctx.fitted_state("landmarks", lambda: self.fit_state(data))
         L, V = fitted.n_landmarks_, fitted.n_views_
         ctx.add_coord("landmark", L)
         ctx.add_coord("feature", L * V)

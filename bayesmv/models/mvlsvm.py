@@ -16,7 +16,12 @@ from sklearn.model_selection import StratifiedKFold
 
 from bayesmv.builder import BuiltModel, ModelBuilder
 from bayesmv.components import HingeLikelihood, SumCombiner
-from bayesmv.components.landmarks import LandmarkFeatures, MissingBlocks, _check_gamma
+from bayesmv.components.landmarks import (
+    LandmarkFeatures,
+    LandmarkMap,
+    MissingBlocks,
+    _check_gamma,
+)
 from bayesmv.components.likelihoods import (
     class_probabilities,
     hinge_decision_value,
@@ -125,8 +130,8 @@ class MVLSVM(BaseMultiViewClassifier):
     idata_ : arviz.InferenceData
         ``posterior``: ``beta`` (θ, task × feature), ``bias``, ``f`` at the training points —
         one chain × one draw for the MAP; ``constant_data``: the landmarks.
-    feature_map_ : LandmarkFeatures
-        The fitted landmark piece (``transform`` is its features).
+    feature_map_ : LandmarkMap
+        The fitted landmark map (``transform`` is its features).
     landmark_indices_ : ndarray of int
         Training rows used as landmarks.
     convergence_ : ConvergenceReport
@@ -245,17 +250,18 @@ class MVLSVM(BaseMultiViewClassifier):
                              f"got {self.gamma!r}")
 
     # ------------------------------------------------------------- builder
-    def _landmark_map(self, random_state: Any = None, n_landmarks: int | None = None
-                      ) -> LandmarkFeatures:
+    def _landmark_map(self, random_seed: Any = None, n_landmarks: int | None = None,
+                      indices: np.ndarray | None = None) -> LandmarkFeatures:
         L = self.n_landmarks if n_landmarks is None else n_landmarks
-        return LandmarkFeatures(L, self.gamma, self.impute, random_seed=random_state)
+        return LandmarkFeatures(L, self.gamma, self.impute, random_seed=random_seed,
+                                indices=indices)
 
 
     def _seeds(self) -> tuple[np.random.Generator, int]:
         landmarks, sampler = np.random.SeedSequence(self.random_seed).spawn(2)
         return np.random.default_rng(landmarks), int(sampler.generate_state(1)[0])
 
-    def make_builder(self, n_samples: int, feature_map: LandmarkFeatures | None = None,
+    def make_builder(self, n_samples: int, feature_map: LandmarkMap | None = None,
                      C: float | None = None) -> ModelBuilder:
         """The model graph: landmarks → θ ~ N(0, I) with a flat bias → hinge ``exp(-(C/N)·…)``.
 
@@ -263,18 +269,22 @@ class MVLSVM(BaseMultiViewClassifier):
         ----------
         n_samples : int
             N, the number of training rows (the pseudo-likelihood's exponent is C/N).
-        feature_map : LandmarkFeatures, optional
-            A fitted landmark piece to reuse; by default a fresh one is fitted at build time.
+        feature_map : LandmarkMap, optional
+            A fitted landmark map whose landmarks the builder's piece takes (``indices``); by
+            default the piece draws them at build time.
         C : float, optional
             The hinge cost; by default ``C`` (needed when ``C="auto"``: the chosen value).
         """
         if feature_map is None:
-            feature_map = self._landmark_map(random_state=self._seeds()[0])
+            piece = self._landmark_map(random_seed=self._seeds()[0])
+        else:
+            piece = self._landmark_map(n_landmarks=feature_map.n_landmarks_,
+                                       indices=feature_map.landmark_indices_)
         if C is None:
             if isinstance(self.C, str):
                 raise ValueError("C='auto' is chosen in fit: pass the hinge cost C")
             C = self.C
-        return ModelBuilder(None, feature_map, SumCombiner(prior_precision=1.0, flat_bias=True),
+        return ModelBuilder(None, piece, SumCombiner(prior_precision=1.0, flat_bias=True),
                             HingeLikelihood(C / (2.0 * n_samples)))
 
     def _prepare_training(self, X, y):
@@ -290,7 +300,7 @@ class MVLSVM(BaseMultiViewClassifier):
         if standardizer is not None:
             data = standardizer.transform(data)
         targets = label_tasks(y_index, len(classes))
-        fmap = self._landmark_map(random_state=self._seeds()[0], n_landmarks=L).fit(data)
+        fmap = self._landmark_map(random_seed=self._seeds()[0], n_landmarks=L).fit_state(data)
         return data, classes, y_index, standardizer, targets, fmap
 
     def build_model(self, X, y, *, augmented: bool = False) -> BuiltModel:
@@ -436,7 +446,7 @@ class MVLSVM(BaseMultiViewClassifier):
         return check_convergence(idata, max_points=max(1, 1000 // n_tasks))
 
     @staticmethod
-    def _landmark_dataset(fmap: LandmarkFeatures, n_train: int) -> xr.Dataset:
+    def _landmark_dataset(fmap: LandmarkMap, n_train: int) -> xr.Dataset:
         data = {"landmark_indices": ("landmark", fmap.landmark_indices_),
                 "gamma": ("view", fmap.gamma_), "n_train": ((), n_train)}
         for v, lm in enumerate(fmap.landmarks_):
@@ -454,14 +464,13 @@ class MVLSVM(BaseMultiViewClassifier):
 
     def _set_extra_state(self, state: dict[str, Any]) -> None:
         const = self.idata_.constant_data
-        fmap = self._landmark_map(n_landmarks=int(const["landmark_indices"].size))
         n_views = int(const["gamma"].size)
-        fmap.set_landmarks(const["landmark_indices"].values,
-                           tuple(const[f"landmarks_{v}"].values for v in range(n_views)),
-                           const["gamma"].values)
-        if self.impute == "bayes":
-            fmap.coef_var_, fmap.noise_var_ = (float(x) for x in const["imputation_prior"].values)
-        self.feature_map_ = fmap
+        prior = ((float(x) for x in const["imputation_prior"].values) if self.impute == "bayes"
+                 else (None, None))
+        self.feature_map_ = LandmarkMap(
+            const["landmark_indices"].values,
+            tuple(const[f"landmarks_{v}"].values for v in range(n_views)),
+            const["gamma"].values, self.impute, *prior)
         self.convergence_ = self._judge(self.idata_)
 
     # ------------------------------------------------------------ fitted info
@@ -571,7 +580,7 @@ class MVLSVM(BaseMultiViewClassifier):
         return np.einsum("np,dtp->dnt", Phi, beta) + bias[:, None, :]
 
 
-def _features(fmap: LandmarkFeatures, data: MultiViewData
+def _features(fmap: LandmarkMap, data: MultiViewData
               ) -> tuple[np.ndarray, list[MissingBlocks]]:
     """Landmark features of ``data`` (missing blocks at their imputation / conditional mean)
     and, under ``impute="bayes"``, the Gaussian blocks whose uncertainty predictions
