@@ -375,3 +375,64 @@ def test_random_state_is_a_deprecated_alias_of_random_seed_in_components():
     with pytest.warns(FutureWarning, match="use random_seed") as record:
         builder.build(data, np.where(np.arange(30) % 2, 1.0, -1.0)[:, None])
     assert len([w for w in record if issubclass(w.category, FutureWarning)]) == 1
+
+
+def _built(builder, X, y):
+    from bayesmv.data import check_views, label_tasks
+
+    classes, y_index = np.unique(y, return_inverse=True)
+    return builder.build(check_views(X), label_tasks(y_index, len(classes)))
+
+
+@pytest.mark.python_ops  # a few Hessian-vector products on small graphs
+@pytest.mark.parametrize("features", ["linear", "landmarks"])
+def test_cp_curvature_strategies_match_autodiff(features, small):
+    """The CP combiner's closed-form Hessian diagonal against PyTensor's (the full Hessian
+    by Hessian-vector products), and its two-view rotation tangents are flat directions of
+    the log density (the gradient is orthogonal to them at any point)."""
+    from bayesmv.inference.curvature import fast_diagonal, flat_directions
+    from bayesmv.inference.engines import flat_logp
+    from bayesmv.inference.optimize import full_hessian
+
+    X, y, _, _ = small
+    built = _built(make("identity", features, "CP", "logistic"), X[:2], y)
+    flat = flat_logp(built, True)
+    x = 0.3 * np.random.default_rng(0).standard_normal(flat.size)
+    diag = fast_diagonal(built, flat)
+    assert diag is not None
+    np.testing.assert_allclose(diag(x), -np.diag(full_hessian(flat, x)), rtol=1e-8,
+                               atol=1e-10)
+    directions = flat_directions(built, flat, x)
+    assert directions is not None and directions.shape[1] >= 1
+    grad = flat(x)[1]
+    np.testing.assert_allclose(grad @ directions, 0.0,
+                               atol=1e-9 * np.abs(grad).sum() * np.abs(directions).max())
+    # no strategy serves a sum combiner: the engine falls back to Hessian-vector products
+    other = _built(make("identity", features, "sum", "logistic"), X, y)
+    assert fast_diagonal(other, flat_logp(other, True)) is None
+
+
+@pytest.mark.python_ops
+def test_laplace_with_diagonal_curvature_on_any_composition(small):
+    """``laplace_curvature="diagonal"``: each parameter's Laplace sd is 1/sqrt of the
+    negative Hessian's diagonal at the mode (checked on the draws' spread), for a composition
+    no strategy serves (the Hessian-vector-product diagonal) and for the CP one."""
+    from bayesmv.inference.engines import flat_logp
+    from bayesmv.inference.optimize import full_hessian
+
+    X, y, Xt, _ = small
+    for cell in (("identity", "linear", "sum", "logistic"),
+                 ("identity", "linear", "CP", "logistic")):
+        est = MultiViewClassifier(make(*cell), inference="laplace", laplace_curvature="diagonal",
+                                  draws=4000, random_seed=0).fit(X, y)
+        assert est.idata_.posterior.attrs["laplace_curvature"] == "diagonal"
+        flat = flat_logp(est._training_build(), True)
+        mode = flat.from_point({n: est.idata_.fit[n].values for n in flat.names
+                                if n in est.idata_.fit})
+        sd = 1.0 / np.sqrt(np.clip(-np.diag(full_hessian(flat, mode)), 1e-300, None))
+        name = "beta" if "beta" in flat.names else "A_0"
+        draws = est.idata_.posterior[name].values.reshape(4000, -1)
+        np.testing.assert_allclose(draws.std(axis=0), sd[flat.slices[name]], rtol=0.1)
+        assert est.predict_proba(Xt).shape == (len(Xt[0]), 2)
+    with pytest.raises(ValueError, match="laplace_curvature must be one of"):
+        MultiViewClassifier(laplace_curvature="lowrank").fit(X, y)

@@ -11,8 +11,9 @@ exact      the posterior is Gaussian (Gaussian likelihood with fixed noise, f li
            Newton step from anywhere and its covariance the inverse negative Hessian
 map        L-BFGS-B on the graph's log density from dispersed starts (a registered fast
            solver when one serves the pieces: the SVM solver for a hinge on fixed features)
-laplace    a Gaussian at that mode with the exact (full) curvature, up to FULL_HESSIAN_MAX
-           parameters (not for the hinge, whose curvature is zero almost everywhere)
+laplace    a Gaussian at that mode with the exact (full) curvature up to FULL_HESSIAN_MAX
+           parameters, else its exact diagonal (a closed form where a curvature strategy
+           serves the pieces); not for the hinge, whose curvature is zero almost everywhere
 nuts       NUTS through PyMC (or nutpie / NumPyro / BlackJAX) on the collapsed graph
 gibbs      the augmented hinge Gibbs sampler (Polson & Scott 2011) for a hinge on fixed
            features combined by a sum with a fixed Gaussian prior
@@ -40,9 +41,11 @@ from bayesmv.components.features import RandomFourierFeatures
 from bayesmv.components.latent import SharedLatent
 from bayesmv.components.likelihoods import GaussianLikelihood, HingeLikelihood
 from bayesmv.components.linear import concatenated
+from bayesmv.inference.curvature import fast_diagonal, flat_directions
 from bayesmv.inference.optimize import (
     FlatLogp,
     L1Penalty,
+    LaplaceResult,
     find_map,
     full_hessian,
     laplace_approximation,
@@ -54,6 +57,8 @@ INFERENCES = ("auto", "exact", "map", "laplace", "nuts", "gibbs", "hybrid")
 AUTO_ORDER = ("exact", "gibbs", "hybrid", "nuts")
 #: a full Hessian (Laplace, exact) is formed up to this many parameters
 FULL_HESSIAN_MAX = 3000
+#: the Laplace engine's curvatures (see :func:`laplace_curvature`)
+CURVATURES = ("auto", "full", "diagonal")
 
 
 @dataclass
@@ -72,6 +77,7 @@ class EngineSettings:
     target_accept: float = 0.9
     nuts_sampler: str = "pymc"
     progressbar: bool = False
+    laplace_curvature: str = "auto"
 
 
 # ------------------------------------------------------------------ conditions
@@ -340,28 +346,65 @@ def _lbfgs_modes(settings: EngineSettings, flat: FlatLogp, l1: L1Penalty | None,
     return [t.x for t in kept], info
 
 
+def _draw_rng(settings: EngineSettings) -> np.random.Generator:
+    return np.random.default_rng(np.random.SeedSequence(settings.random_seed).spawn(2)[1])
+
+
 def _gaussian_draws(built: BuiltModel, flat: FlatLogp, mode: np.ndarray,
-                    settings: EngineSettings, info: dict[str, Any]) -> az.InferenceData:
-    if flat.size > FULL_HESSIAN_MAX:
-        raise ValueError(f"{flat.size} parameters: a full Hessian is formed up to "
-                         f"{FULL_HESSIAN_MAX}; use inference='map' or 'nuts'")
-    with threadpool_limits(limits=1, user_api="blas"):
-        lap = laplace_approximation(flat, mode, curvature="full")
-    rng = np.random.default_rng(np.random.SeedSequence(settings.random_seed).spawn(2)[1])
-    X, log_q = lap.sample(settings.draws, rng)
+                    settings: EngineSettings, info: dict[str, Any],
+                    curvature: str = "full") -> az.InferenceData:
+    """Draws of a Gaussian at ``mode`` as the posterior (the exact engine's, where it is the
+    posterior, and the Laplace engine's)."""
+    lap, X, khat = gaussian_at_mode(built, flat, mode, settings.draws, _draw_rng(settings),
+                                    curvature)
     to_named = point_function(built)
-    info.update(laplace_khat=pareto_khat([flat(x)[0] for x in X], log_q),
-                laplace_flat_directions=lap.n_clipped)
+    info.update(laplace_khat=khat, laplace_flat_directions=lap.n_clipped,
+                laplace_curvature=lap.curvature)
     idata = draws_to_idata(built, [to_named(flat.to_point(x)) for x in X])
     return add_point_estimate(built, idata, to_named(flat.to_point(mode)), "mode")
 
 
+def laplace_curvature(curvature: str, n_parameters: int, full_max: int = FULL_HESSIAN_MAX
+                      ) -> str:
+    """``"auto"``: the full Hessian up to ``full_max`` parameters, else its diagonal."""
+    if curvature == "auto":
+        return "full" if n_parameters <= full_max else "diagonal"
+    if curvature == "full" and n_parameters > FULL_HESSIAN_MAX:
+        raise ValueError(f"{n_parameters} parameters: a full Hessian is formed up to "
+                         f"{FULL_HESSIAN_MAX}; use laplace_curvature='diagonal', "
+                         "inference='map' or 'nuts'")
+    return curvature
+
+
+def gaussian_at_mode(built: BuiltModel, flat: FlatLogp, mode: np.ndarray, draws: int,
+                     rng: np.random.Generator, curvature: str = "full"
+                     ) -> tuple[LaplaceResult, np.ndarray, float]:
+    """The Laplace approximation at ``mode`` with ``curvature`` ("full" or "diagonal"),
+    ``draws`` value-space draws of it and their Pareto k̂ against the log density.
+
+    The curvature strategies registered for the pieces (:mod:`bayesmv.inference.curvature`)
+    give a closed-form diagonal and the flat directions of exact symmetries; without one
+    the diagonal comes from Hessian-vector products."""
+    with threadpool_limits(limits=1, user_api="blas"):
+        if curvature == "full":
+            lap = laplace_approximation(flat, mode, curvature="full",
+                                        null_directions=flat_directions(built, flat, mode))
+        else:
+            lap = laplace_approximation(flat, mode, curvature="diagonal",
+                                        neg_hessian_diagonal=fast_diagonal(built, flat))
+    X, log_q = lap.sample(draws, rng)
+    return lap, X, pareto_khat([flat(x)[0] for x in X], log_q)
+
+
 def fit_laplace(built: BuiltModel, settings: EngineSettings
                 ) -> tuple[az.InferenceData, dict[str, Any]]:
-    """A Gaussian at the mode of the unconstrained log density (full curvature)."""
+    """A Gaussian at the mode of the unconstrained log density: the full curvature, or its
+    diagonal (``settings.laplace_curvature``; "auto" takes the diagonal beyond
+    ``FULL_HESSIAN_MAX`` parameters)."""
     _, info, flat, mode = fit_map(built, settings, jacobian=True)
     info["inference"] = "laplace"
-    return _gaussian_draws(built, flat, mode, settings, info), info
+    curvature = laplace_curvature(settings.laplace_curvature, flat.size)
+    return _gaussian_draws(built, flat, mode, settings, info, curvature), info
 
 
 def fit_exact(built: BuiltModel, settings: EngineSettings

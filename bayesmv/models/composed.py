@@ -87,6 +87,12 @@ class MultiViewClassifier(BaseMultiViewClassifier):
         Evenly spaced posterior draws averaged by ``predict_proba``.
     progressbar : bool, default False
         Show PyMC's progress bar while sampling (as the presets' ``progressbar``).
+    laplace_curvature : {"auto", "full", "diagonal"}, default "auto"
+        Curvature of ``inference="laplace"``: the exact Hessian (every posterior correlation)
+        or its exact diagonal (correlations dropped: marginal variances are the conditional
+        ones, an underestimate), a closed form where a strategy serves the pieces (the CP
+        interaction on fixed features), else Hessian-vector products.  "auto": full up to
+        ``engines.FULL_HESSIAN_MAX`` parameters, diagonal beyond.
 
     Attributes
     ----------
@@ -117,7 +123,7 @@ class MultiViewClassifier(BaseMultiViewClassifier):
                  tol: float = 1e-9,
                  target_accept: float = 0.9,
                  nuts_sampler: str = "pymc", max_predict_draws: int = 200,
-                 progressbar: bool = False) -> None:
+                 progressbar: bool = False, laplace_curvature: str = "auto") -> None:
         self.builder = builder
         self.inference = inference
         self.draws = draws
@@ -135,6 +141,7 @@ class MultiViewClassifier(BaseMultiViewClassifier):
         self.nuts_sampler = nuts_sampler
         self.max_predict_draws = max_predict_draws
         self.progressbar = progressbar
+        self.laplace_curvature = laplace_curvature
 
     # ------------------------------------------------------------------ checks
     def _check_params(self) -> None:
@@ -153,6 +160,9 @@ class MultiViewClassifier(BaseMultiViewClassifier):
         if not 0 < float(self.target_accept) < 1:
             raise ValueError(f"target_accept must lie in (0, 1), got {self.target_accept!r}")
         check_nuts_sampler(self.nuts_sampler, require_installed=False)
+        if self.laplace_curvature not in engines.CURVATURES:
+            raise ValueError(f"laplace_curvature must be one of {engines.CURVATURES}, got "
+                             f"{self.laplace_curvature!r}")
 
     def _modes(self) -> int:
         return 1 if self.ensemble is None else int(self.ensemble)
@@ -195,7 +205,7 @@ class MultiViewClassifier(BaseMultiViewClassifier):
             cores=self.cores, random_seed=self.random_seed, n_init=int(self.n_init),
             ensemble=self._modes(), max_iter=int(self.max_iter), tol=float(self.tol),
             target_accept=float(self.target_accept), nuts_sampler=self.nuts_sampler,
-            progressbar=bool(self.progressbar))
+            progressbar=bool(self.progressbar), laplace_curvature=self.laplace_curvature)
         idata, info = engines.fit(built, inference, settings)
         elapsed = time.perf_counter() - start
         if inference in ("nuts", "gibbs", "hybrid"):

@@ -20,10 +20,9 @@ import pandas as pd
 import scipy.sparse as sp
 import xarray as xr
 from pymc.util import get_untransformed_name, is_transformed_name
-from scipy.special import expit, log_expit, logsumexp
+from scipy.special import log_expit, logsumexp
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.exceptions import DataConversionWarning, NotFittedError
-from threadpoolctl import threadpool_limits
 
 from bayesmv.builder import BuiltModel, ModelBuilder
 from bayesmv.components import (
@@ -53,12 +52,17 @@ from bayesmv.diagnostics.convergence import (
     inference_kind,
     warn_if_not_converged,
 )
-from bayesmv.inference.engines import EngineSettings, draws_to_idata, fit_map, point_function
+from bayesmv.inference.engines import (
+    CURVATURES,
+    EngineSettings,
+    draws_to_idata,
+    fit_map,
+    gaussian_at_mode,
+    laplace_curvature,
+    point_function,
+)
 from bayesmv.inference.optimize import (
-    FlatLogp,
     L1Penalty,
-    laplace_approximation,
-    pareto_khat,
 )
 from bayesmv.inference.sample import check_nuts_sampler, run_sampler
 from bayesmv.models.base import BaseMultiViewClassifier, register, thinned_draws
@@ -66,7 +70,6 @@ from bayesmv.params import RenamedParameters, check_ensemble, check_positive, ch
 
 _LOSSES = ("auto", "logistic", "hinge", "squared")
 _INFERENCE = ("map", "laplace", "nuts")
-_CURVATURES = ("auto", "full", "diagonal")
 #: slope of the squared loss's link: the σ = 1 Gaussian normalised over ±1 is sigmoid(2ŷ)
 _SQUARED_SLOPE = 2.0
 
@@ -114,8 +117,8 @@ class _MVMCore(RenamedParameters):
         check_positive("tol", self.tol)
         if not (isinstance(self.target_accept, numbers.Real) and 0 < self.target_accept < 1):
             raise ValueError(f"target_accept must lie in (0, 1), got {self.target_accept!r}")
-        if self.laplace_curvature not in _CURVATURES:
-            raise ValueError(f"laplace_curvature must be one of {_CURVATURES}, "
+        if self.laplace_curvature not in CURVATURES:
+            raise ValueError(f"laplace_curvature must be one of {CURVATURES}, "
                              f"got {self.laplace_curvature!r}")
         # unknown names always fail; a missing back-end only when NUTS will run
         check_nuts_sampler(self.nuts_sampler, require_installed=self.inference == "nuts")
@@ -178,67 +181,6 @@ class _MVMCore(RenamedParameters):
             return L1Penalty(names, [1.0 / self.prior_scale] * V)
         return L1Penalty(names, [("prior_rate_log__", v) for v in range(V)])
 
-    def _neg_hessian_diagonal(self, built: BuiltModel, flat: FlatLogp):
-        """Exact ``-diag ∇² log p`` in the value space: factors in closed form (the model is
-        multilinear), the few other parameters by Hessian-vector products."""
-        combiner: CPInteractionCombiner = built.builder.combiner
-        views = built.context.state["linear_views"]
-        V = len(views)
-        targets = built.context.targets
-
-        def diag(x: np.ndarray) -> np.ndarray:
-            point = flat.to_point(x)
-            factors = [point[factor_name(v)] for v in range(V)]
-            if self._loss() == "logistic":
-                p = expit(combiner.evaluate(factors, views))
-                d2 = -p * (1.0 - p)
-            else:  # squared
-                sigma = (float(np.exp(point["sigma_log__"])) if "sigma_log__" in point
-                         else float(built.builder.likelihood.sigma))
-                d2 = np.full(targets.shape, -1.0 / sigma**2)
-            lik = combiner.loglik_hessian_diagonal(factors, views, d2)
-            rates = combiner.prior_rates(point, V)
-            out = np.empty(flat.size)
-            for v in range(V):
-                out[flat.slices[factor_name(v)]] = (-lik[v] + rates[v]).ravel()
-            others = [n for n in flat.names if not n.startswith("A_")]
-            e = np.zeros(flat.size)
-            for name in others:
-                for j in range(flat.slices[name].start, flat.slices[name].stop):
-                    e[j] = 1.0
-                    out[j] = -flat.hvp(x, e)[j]
-                    e[j] = 0.0
-            return out
-
-        return diag
-
-    @staticmethod
-    def _gauge_directions(built: BuiltModel, flat: FlatLogp, x: np.ndarray) -> np.ndarray | None:
-        """Tangents of the exact rotation symmetry of two-view models at ``x``.
-
-        With V = 2, ``ŷ = z_1ᵀ A_1 A_2ᵀ z_2`` and ``(A_1 R, A_2 R)`` for orthogonal R leaves
-        ŷ and a Gaussian prior (also with per-view scales) unchanged: k(k-1)/2 flat directions
-        per task, ``(A_1 G, A_2 G)`` for antisymmetric G.  With V ≥ 3 the CP factors are
-        essentially unique (up to permutations and rescalings, which the prior breaks).
-        """
-        if built.context.sizes["n_linear_views"] != 2:
-            return None
-        point = flat.to_point(x)
-        A = [point[factor_name(0)], point[factor_name(1)]]
-        T, _, k = A[0].shape
-        dirs = []
-        for t in range(T):
-            for i in range(k):
-                for j in range(i + 1, k):
-                    d = np.zeros(flat.size)
-                    for v in range(2):
-                        dA = np.zeros_like(A[v])
-                        dA[t, :, j] = A[v][t, :, i]   # A G with G = e_i e_jᵀ - e_j e_iᵀ
-                        dA[t, :, i] = -A[v][t, :, j]
-                        d[flat.slices[factor_name(v)]] = dA.ravel()
-                    dirs.append(d)
-        return np.column_stack(dirs) if dirs else None
-
     def _run_inference(self, built: BuiltModel) -> tuple[az.InferenceData, dict[str, Any],
                                                            dict[str, np.ndarray]]:
         """Fit the graph; return (idata, info for attrs, point estimate of named variables)."""
@@ -269,19 +211,9 @@ class _MVMCore(RenamedParameters):
         info["point_estimate"] = "mode"
         if self.inference == "map":
             return map_idata, info, best
-        curvature = self.laplace_curvature
-        if curvature == "auto":
-            curvature = "full" if flat.size <= _FULL_MAX else "diagonal"
-        with threadpool_limits(limits=1, user_api="blas"):
-            if curvature == "full":
-                lap = laplace_approximation(
-                    flat, x_mode, curvature="full",
-                    null_directions=self._gauge_directions(built, flat, x_mode))
-            else:
-                lap = laplace_approximation(
-                    flat, x_mode, curvature="diagonal",
-                    neg_hessian_diagonal=self._neg_hessian_diagonal(built, flat))
-        X, log_q = lap.sample(self.draws, np.random.default_rng(seeds[-1]))
+        curvature = laplace_curvature(self.laplace_curvature, flat.size, full_max=_FULL_MAX)
+        lap, X, khat = gaussian_at_mode(built, flat, x_mode, self.draws,
+                                        np.random.default_rng(seeds[-1]), curvature)
         draws = [to_named(flat.to_point(x)) for x in X]
         # f at the training points from the linearised predictive (see _predictive_f), so the
         # stored f and every prediction describe the same predictive distribution
@@ -293,7 +225,6 @@ class _MVMCore(RenamedParameters):
         for d, f in zip(draws, f_lin, strict=True):
             d["f"] = f
         idata = draws_to_idata(built, draws)
-        khat = pareto_khat([flat(x)[0] for x in X], log_q)
         info.update(laplace_curvature=lap.curvature, laplace_flat_directions=lap.n_clipped,
                     laplace_khat=khat)
         if khat > 0.7:
