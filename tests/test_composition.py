@@ -249,6 +249,40 @@ def test_mvm_preset_is_the_composed_estimator_with_its_builder(small):
     np.testing.assert_allclose(composed.predict_proba(Xt), mvm.predict_proba(Xt), atol=1e-8)
 
 
+@pytest.mark.python_ops
+def test_mvm_laplace_preset_is_the_composed_laplace_with_its_linearised_predictive(small):
+    """The same mode, the same Gaussian draws, and the linearised predictive: MVM's from the
+    CP combiner's closed-form Jacobian, the composed estimator's by forward-mode
+    differentiation of the graph's own f (an independent computation of J·δ)."""
+    X, y, Xt, _ = small
+    mvm = MVM(rank=2, inference="laplace", draws=40, random_seed=3).fit(X, y)
+    composed = MultiViewClassifier(mvm.make_builder(), inference="laplace", draws=40,
+                                   n_init=mvm.n_init, max_iter=mvm.max_iter, tol=mvm.tol,
+                                   random_seed=3).fit(X, y)
+    post = composed.idata_.posterior
+    assert post.attrs["laplace_predictive"] == "linearised"
+    np.testing.assert_allclose(post["f"].values, mvm.idata_.posterior["f"].values,
+                               rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(composed.predict_proba(Xt), mvm.predict_proba(Xt), atol=1e-8)
+    # the antithetic pairs average to the mode's decision values exactly
+    from bayesmv.inference.predict import GraphPredictor
+
+    predictor = GraphPredictor(composed.builder_, composed._fitted(), composed._prepare(Xt), 1)
+    at_mode = predictor({n: composed.idata_.fit[n].values[None] for n in predictor.names})[0]
+    np.testing.assert_allclose(composed._decision_draws(Xt).mean(axis=0), at_mode, atol=1e-10)
+
+
+def test_laplace_samples_f_where_it_depends_on_a_constrained_variable(small):
+    """A free ϱ (interval-transformed): the Gaussian is over log-odds of ϱ, not over ϱ, so
+    f is evaluated at the draws instead of linearised in ϱ."""
+    X, y, Xt, _ = small
+    builder = ModelBuilder(None, ViewRandomFeatures(4, "rbf", 0.1), RhoTensorCombiner(None),
+                           GaussianLikelihood(1.0))
+    est = MultiViewClassifier(builder, inference="laplace", draws=20, random_seed=0).fit(X, y)
+    assert est.idata_.posterior.attrs["laplace_predictive"] == "sampled"
+    assert est.predict_proba(Xt).shape == (len(Xt[0]), 2)
+
+
 @pytest.mark.python_ops  # evaluates graphs a few times: gcc would be most of it
 def test_rhotmvrkm_preset_with_random_features_is_the_exact_composed_posterior(small):
     X, y, _, _ = small

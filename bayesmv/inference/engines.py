@@ -51,6 +51,7 @@ from bayesmv.inference.optimize import (
     laplace_approximation,
     pareto_khat,
 )
+from bayesmv.inference.predict import DrawFunction
 
 INFERENCES = ("auto", "exact", "map", "laplace", "nuts", "gibbs", "hybrid")
 #: the order in which ``"auto"`` tries them: exact draws, then exact samplers, then NUTS
@@ -346,22 +347,35 @@ def _lbfgs_modes(settings: EngineSettings, flat: FlatLogp, l1: L1Penalty | None,
     return [t.x for t in kept], info
 
 
-def _draw_rng(settings: EngineSettings) -> np.random.Generator:
+def draw_rng(settings: EngineSettings) -> np.random.Generator:
+    """The generator of a Gaussian posterior's draws (exact, Laplace), from the seed alone:
+    the same draws for a preset and for the composed estimator with its builder."""
     return np.random.default_rng(np.random.SeedSequence(settings.random_seed).spawn(2)[1])
 
 
 def _gaussian_draws(built: BuiltModel, flat: FlatLogp, mode: np.ndarray,
                     settings: EngineSettings, info: dict[str, Any],
-                    curvature: str = "full") -> az.InferenceData:
+                    curvature: str = "full", linearise: bool = False) -> az.InferenceData:
     """Draws of a Gaussian at ``mode`` as the posterior (the exact engine's, where it is the
-    posterior, and the Laplace engine's)."""
-    lap, X, khat = gaussian_at_mode(built, flat, mode, settings.draws, _draw_rng(settings),
+    posterior, and the Laplace engine's).  ``linearise``: ``f`` at the draws is the
+    linearised predictive (:meth:`~bayesmv.inference.predict.DrawFunction.linearised`)
+    where ``f`` depends on unconstrained variables only (``info["laplace_predictive"]``)."""
+    lap, X, khat = gaussian_at_mode(built, flat, mode, settings.draws, draw_rng(settings),
                                     curvature)
     to_named = point_function(built)
     info.update(laplace_khat=khat, laplace_flat_directions=lap.n_clipped,
                 laplace_curvature=lap.curvature)
-    idata = draws_to_idata(built, [to_named(flat.to_point(x)) for x in X])
-    return add_point_estimate(built, idata, to_named(flat.to_point(mode)), "mode")
+    points = [to_named(flat.to_point(x)) for x in X]
+    at_mode = to_named(flat.to_point(mode))
+    if linearise:
+        fn = DrawFunction(built.model)
+        info["laplace_predictive"] = "linearised" if fn.linearisable else "sampled"
+        if fn.linearisable:
+            stacked = {n: np.stack([p[n] for p in points]) for n in fn.names}
+            for p, f in zip(points, fn.linearised(at_mode, stacked), strict=True):
+                p["f"] = f
+    idata = draws_to_idata(built, points)
+    return add_point_estimate(built, idata, at_mode, "mode")
 
 
 def laplace_curvature(curvature: str, n_parameters: int, full_max: int = FULL_HESSIAN_MAX
@@ -404,7 +418,7 @@ def fit_laplace(built: BuiltModel, settings: EngineSettings
     _, info, flat, mode = fit_map(built, settings, jacobian=True)
     info["inference"] = "laplace"
     curvature = laplace_curvature(settings.laplace_curvature, flat.size)
-    return _gaussian_draws(built, flat, mode, settings, info, curvature), info
+    return _gaussian_draws(built, flat, mode, settings, info, curvature, linearise=True), info
 
 
 def fit_exact(built: BuiltModel, settings: EngineSettings

@@ -13,13 +13,102 @@ from __future__ import annotations
 
 import numpy as np
 import pytensor
+from pytensor.gradient import Rop
 from pytensor.graph.replace import clone_replace
+
+try:  # PyTensor >= 2.31
+    from pytensor.graph.traversal import ancestors
+except ImportError:  # pragma: no cover - older PyTensor
+    from pytensor.graph.basic import ancestors
 
 from bayesmv.builder import ModelBuilder
 from bayesmv.data import MultiViewData
 
 
-class GraphPredictor:
+class DrawFunction:
+    """``f`` of a model as a compiled function of draws of its free random variables.
+
+    Parameters
+    ----------
+    model : pymc.Model
+        A graph with a deterministic ``f``.
+    extra : dict, optional
+        Further inputs of ``f`` (name → variable) that the caller feeds standard normals,
+        e.g. the noise of a shared latent's conditional on new rows.
+    """
+
+    def __init__(self, model, extra: dict | None = None) -> None:
+        f = model["f"]
+        rvs = list(model.free_RVs)
+        self._holders = [rv.type(name=rv.name) for rv in rvs]
+        self._f = clone_replace(f, replace=dict(zip(rvs, self._holders, strict=True)))
+        self._extra = dict(extra or {})
+        self._transformed = {rv.name for rv in rvs if model.rvs_to_transforms.get(rv) is not None}
+        self.names = [rv.name for rv in rvs]
+        self.extra = {name: tuple(int(d) for d in var.type.shape)
+                      for name, var in self._extra.items()}
+        self._fn = pytensor.function(self._holders + list(self._extra.values()), self._f,
+                                     on_unused_input="ignore")
+        self._jvp_fn = None
+
+    def _args(self, draws: dict[str, np.ndarray], s: int) -> list[np.ndarray]:
+        return [np.asarray(draws[n][s], dtype=float) for n in self.names]
+
+    def __call__(self, draws: dict[str, np.ndarray], rng: np.random.Generator | None = None
+                 ) -> np.ndarray:
+        """``f`` (S, n, T) at S draws: ``draws[name]`` has shape (S, *shape) for every free
+        variable; ``rng`` drives the extra inputs (a shared latent's ``h`` on new rows)."""
+        S = len(next(iter(draws.values())))
+        rng = np.random.default_rng(0) if rng is None else rng
+        out = []
+        for s in range(S):
+            noise = [rng.standard_normal(shape) for shape in self.extra.values()]
+            out.append(self._fn(*self._args(draws, s), *noise))
+        return np.stack(out)
+
+    @property
+    def linearisable(self) -> bool:
+        """Whether ``f`` depends on no constrained variable: then a Gaussian over the free
+        variables (the Laplace approximation) is one over ``f``'s inputs themselves."""
+        inputs = set(ancestors([self._f]))
+        return not any(h.name in self._transformed for h in self._holders if h in inputs)
+
+    def linearised(self, mode: dict[str, np.ndarray], draws: dict[str, np.ndarray],
+                   rng: np.random.Generator | None = None, antithetic: bool = False
+                   ) -> np.ndarray:
+        """The linearised predictive ``f(θ̂) + J(θ̂)(θ_s − θ̂)`` at S draws (MacKay 1992; Immer,
+        Korzepa & Bauer 2021), J·δ by forward-mode differentiation of the graph's own ``f``.
+
+        Under a Gaussian posterior over θ (Laplace) these are Gaussian with mean ``f(θ̂)``
+        and variance ``J Σ Jᵀ``, whereas ``f`` itself at wide draws is dominated by products of
+        their perturbations.  ``antithetic`` also returns ``f(θ̂) − J δ_s`` (the reflection
+        ``2θ̂ − θ_s``, an equally likely Gaussian draw) after the S direct values, so the
+        2S values average to ``f(θ̂)`` exactly.  Returns (S, n, T) or (2S, n, T).
+        """
+        if self._jvp_fn is None:
+            inputs = set(ancestors([self._f]))
+            used = [h for h in self._holders if h in inputs]
+            tangents = [h.type(name=f"d_{h.name}") for h in used]
+            jvp = Rop(self._f, used, tangents)
+            self._used = [self._holders.index(h) for h in used]
+            self._jvp_fn = pytensor.function(
+                self._holders + tangents + list(self._extra.values()), [self._f, jvp],
+                on_unused_input="ignore")
+        S = len(next(iter(draws.values())))
+        rng = np.random.default_rng(0) if rng is None else rng
+        at_mode = [np.asarray(mode[n], dtype=float) for n in self.names]
+        direct, reflected = [], []
+        for s in range(S):
+            args = self._args(draws, s)
+            delta = [args[i] - at_mode[i] for i in self._used]
+            noise = [rng.standard_normal(shape) for shape in self.extra.values()]
+            f0, step = self._jvp_fn(*at_mode, *delta, *noise)
+            direct.append(f0 + step)
+            reflected.append(f0 - step)
+        return np.stack(direct + reflected if antithetic else direct)
+
+
+class GraphPredictor(DrawFunction):
     """``f`` on new rows as a compiled function of posterior draws.
 
     Parameters
@@ -35,26 +124,4 @@ class GraphPredictor:
     def __init__(self, builder: ModelBuilder, fitted: dict, data: MultiViewData,
                  n_tasks: int) -> None:
         built = builder.build(data, None, fitted=fitted, n_outputs=n_tasks)
-        model = built.model
-        f = model["f"]
-        rvs = list(model.free_RVs)
-        holders = [rv.type(name=rv.name) for rv in rvs]
-        f_of_draws = clone_replace(f, replace=dict(zip(rvs, holders, strict=True)))
-        extra = built.context.state.get("prediction_inputs", {})
-        self.names = [rv.name for rv in rvs]
-        self.extra = {name: tuple(int(d) for d in var.type.shape) for name, var in extra.items()}
-        self._fn = pytensor.function(holders + list(extra.values()), f_of_draws,
-                                     on_unused_input="ignore")
-
-    def __call__(self, draws: dict[str, np.ndarray], rng: np.random.Generator | None = None
-                 ) -> np.ndarray:
-        """``f`` (S, n, T) at S draws: ``draws[name]`` has shape (S, *shape) for every global
-        variable; ``rng`` drives the per-row conditionals (a shared latent's ``h``)."""
-        S = len(next(iter(draws.values())))
-        rng = np.random.default_rng(0) if rng is None else rng
-        out = []
-        for s in range(S):
-            args = [np.asarray(draws[n][s], dtype=float) for n in self.names]
-            args += [rng.standard_normal(shape) for shape in self.extra.values()]
-            out.append(self._fn(*args))
-        return np.stack(out)
+        super().__init__(built.model, built.context.state.get("prediction_inputs", {}))

@@ -55,6 +55,10 @@ class MultiViewClassifier(BaseMultiViewClassifier):
         The engine (see :mod:`bayesmv.inference.engines`).  ``"auto"`` takes the first that
         applies of exact, gibbs, hybrid and nuts; the one used is ``inference_`` and
         ``idata_.posterior.attrs["inference"]``.
+        ``inference="laplace"`` predicts with the linearised predictive
+        ``f(θ̂) + J(θ̂)(θ_s − θ̂)`` in antithetic pairs (its mean is f at the mode exactly),
+        where f depends on unconstrained variables only, else with f at the draws
+        (``idata_.posterior.attrs["laplace_predictive"]`` says which).
     draws, tune, chains : int
         Posterior draws per chain, tuning iterations and chains (samplers); ``draws`` is also
         the number of draws of the exact and Laplace posteriors.
@@ -314,11 +318,21 @@ class MultiViewClassifier(BaseMultiViewClassifier):
         wanted = list(predictor.names)
         post = self.idata_.posterior
         wanted += [n for n in ("sigma", "log_noise_variance", "noise_variance") if n in post]
-        draws = thinned_draws(post, wanted, int(self.max_predict_draws))
         # fixed even without a random_seed: a prediction must not change from call to call
         seed = np.random.SeedSequence(0 if self.random_seed is None
                                       else self.random_seed).spawn(3)[2]
-        f = predictor({n: draws[n] for n in predictor.names}, np.random.default_rng(seed))
+        rng = np.random.default_rng(seed)
+        if post.attrs.get("laplace_predictive") == "linearised":
+            # antithetic pairs of the linearised predictive (its mean is f at the mode
+            # exactly): half as many draws, each used with its reflection
+            draws = thinned_draws(post, wanted, -(-int(self.max_predict_draws) // 2))
+            fit = self.idata_.fit
+            mode = {n: np.asarray(fit[n].values) for n in predictor.names}
+            f = predictor.linearised(mode, {n: draws[n] for n in predictor.names}, rng,
+                                     antithetic=True)
+            return f, {n: np.concatenate([v, v]) for n, v in draws.items()}
+        draws = thinned_draws(post, wanted, int(self.max_predict_draws))
+        f = predictor({n: draws[n] for n in predictor.names}, rng)
         return f, draws
 
     def _decision_draws(self, X) -> np.ndarray:

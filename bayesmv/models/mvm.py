@@ -55,6 +55,7 @@ from bayesmv.diagnostics.convergence import (
 from bayesmv.inference.engines import (
     CURVATURES,
     EngineSettings,
+    draw_rng,
     draws_to_idata,
     fit_map,
     gaussian_at_mode,
@@ -185,7 +186,6 @@ class _MVMCore(RenamedParameters):
                                                            dict[str, np.ndarray]]:
         """Fit the graph; return (idata, info for attrs, point estimate of named variables)."""
         model = built.model
-        seeds = np.random.SeedSequence(self.random_seed).spawn(self.n_init + 1)
         info: dict[str, Any] = {"inference": self.inference}
         if self.inference == "nuts":
             var_names = [rv.name for rv in model.free_RVs] + ["f"]
@@ -213,7 +213,7 @@ class _MVMCore(RenamedParameters):
             return map_idata, info, best
         curvature = laplace_curvature(self.laplace_curvature, flat.size, full_max=_FULL_MAX)
         lap, X, khat = gaussian_at_mode(built, flat, x_mode, self.draws,
-                                        np.random.default_rng(seeds[-1]), curvature)
+                                        draw_rng(settings), curvature)
         draws = [to_named(flat.to_point(x)) for x in X]
         # f at the training points from the linearised predictive (see _predictive_f), so the
         # stored f and every prediction describe the same predictive distribution
