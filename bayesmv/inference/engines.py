@@ -58,6 +58,8 @@ INFERENCES = ("auto", "exact", "map", "laplace", "nuts", "gibbs", "hybrid")
 AUTO_ORDER = ("exact", "gibbs", "hybrid", "nuts")
 #: a full Hessian (Laplace, exact) is formed up to this many parameters
 FULL_HESSIAN_MAX = 3000
+#: above this Pareto k̂ of its draws a Gaussian approximation is warned about (Vehtari et al.)
+LAPLACE_KHAT_MAX = 0.7
 #: the Laplace engine's curvatures (see :func:`laplace_curvature`)
 CURVATURES = ("auto", "full", "diagonal")
 
@@ -418,7 +420,15 @@ def fit_laplace(built: BuiltModel, settings: EngineSettings
     _, info, flat, mode = fit_map(built, settings, jacobian=True)
     info["inference"] = "laplace"
     curvature = laplace_curvature(settings.laplace_curvature, flat.size)
-    return _gaussian_draws(built, flat, mode, settings, info, curvature, linearise=True), info
+    idata = _gaussian_draws(built, flat, mode, settings, info, curvature, linearise=True)
+    if info["laplace_khat"] > LAPLACE_KHAT_MAX:
+        warnings.warn(
+            f"The Laplace approximation fits the posterior poorly (Pareto k-hat "
+            f"{info['laplace_khat']:.2f} > {LAPLACE_KHAT_MAX} for its draws against the log "
+            "density): treat its uncertainty as rough, check its predictions on held-out "
+            "data, or use inference='nuts' for the full posterior.", RuntimeWarning,
+            stacklevel=3)
+    return idata, info
 
 
 def fit_exact(built: BuiltModel, settings: EngineSettings

@@ -54,6 +54,7 @@ from bayesmv.diagnostics.convergence import (
 )
 from bayesmv.inference.engines import (
     CURVATURES,
+    LAPLACE_KHAT_MAX,
     EngineSettings,
     draw_rng,
     draws_to_idata,
@@ -227,7 +228,7 @@ class _MVMCore(RenamedParameters):
         idata = draws_to_idata(built, draws)
         info.update(laplace_curvature=lap.curvature, laplace_flat_directions=lap.n_clipped,
                     laplace_khat=khat)
-        if khat > 0.7:
+        if khat > LAPLACE_KHAT_MAX:
             warnings.warn(
                 f"The Laplace approximation fits the joint posterior poorly (Pareto k-hat "
                 f"{khat:.2f} > 0.7 for its draws): treat its uncertainty as rough and check its "
