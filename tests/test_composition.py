@@ -275,15 +275,18 @@ def test_mvm_laplace_preset_is_the_composed_laplace_with_its_linearised_predicti
     np.testing.assert_allclose(composed._decision_draws(Xt).mean(axis=0), at_mode, atol=1e-10)
 
 
-def test_laplace_samples_f_where_it_depends_on_a_constrained_variable(small):
-    """A free ϱ (interval-transformed): the Gaussian is over log-odds of ϱ, not over ϱ, so
-    f is evaluated at the draws instead of linearised in ϱ."""
-    X, y, Xt, _ = small
-    builder = ModelBuilder(None, ViewRandomFeatures(4, "rbf", 0.1), RhoTensorCombiner(None),
-                           GaussianLikelihood(1.0))
-    est = MultiViewClassifier(builder, inference="laplace", draws=20, random_seed=0).fit(X, y)
-    assert est.idata_.posterior.attrs["laplace_predictive"] == "sampled"
-    assert est.predict_proba(Xt).shape == (len(Xt[0]), 2)
+@pytest.mark.python_ops  # builds and compiles two small graphs, evaluates none
+def test_laplace_linearises_f_only_in_unconstrained_variables(small):
+    """A free ϱ is interval-transformed: the Laplace Gaussian is over its log-odds, not over
+    ϱ, so the engine evaluates f at the draws there (attrs "sampled") instead of linearising
+    in ϱ; with ϱ fixed, f depends on unconstrained weights only and is linearised."""
+    from bayesmv.inference.predict import DrawFunction
+
+    X, y, _, _ = small
+    for rho, expected in ((None, False), (0.5, True)):
+        builder = ModelBuilder(None, ViewRandomFeatures(2, "rbf", 0.1), RhoTensorCombiner(rho),
+                               GaussianLikelihood(1.0))
+        assert DrawFunction(_built(builder, X[:2], y).model).linearisable is expected
 
 
 @pytest.mark.python_ops  # evaluates graphs a few times: gcc would be most of it
@@ -461,15 +464,16 @@ def test_laplace_with_diagonal_curvature_on_any_composition(small):
     for cell in (("identity", "linear", "sum", "logistic"),
                  ("identity", "linear", "CP", "logistic")):
         est = MultiViewClassifier(make(*cell), inference="laplace", laplace_curvature="diagonal",
-                                  draws=4000, random_seed=0).fit(X, y)
+                                  draws=1000, random_seed=0).fit(X, y)
         assert est.idata_.posterior.attrs["laplace_curvature"] == "diagonal"
         flat = flat_logp(est._training_build(), True)
         mode = flat.from_point({n: est.idata_.fit[n].values for n in flat.names
                                 if n in est.idata_.fit})
         sd = 1.0 / np.sqrt(np.clip(-np.diag(full_hessian(flat, mode)), 1e-300, None))
         name = "beta" if "beta" in flat.names else "A_0"
-        draws = est.idata_.posterior[name].values.reshape(4000, -1)
-        np.testing.assert_allclose(draws.std(axis=0), sd[flat.slices[name]], rtol=0.1)
+        draws = est.idata_.posterior[name].values.reshape(1000, -1)
+        # the sd of 1000 Gaussian draws is within 2.2 % of the truth (1 sd): 15 % is ~7 sd
+        np.testing.assert_allclose(draws.std(axis=0), sd[flat.slices[name]], rtol=0.15)
         assert est.predict_proba(Xt).shape == (len(Xt[0]), 2)
     with pytest.raises(ValueError, match="laplace_curvature must be one of"):
         MultiViewClassifier(laplace_curvature="lowrank").fit(X, y)
