@@ -51,9 +51,15 @@ def renamed_argument(owner: str, new: str, value: Any, old: str, old_value: Any,
     ``value``.  Estimators and components use :class:`RenamedParameters` instead."""
     if old_value is None:
         return value
-    warnings.warn(f"{owner}({old}=...) is deprecated; use {new}=..., the same argument "
-                  "under its new name", FutureWarning, stacklevel=stacklevel)
+    warn_renamed(owner, old, new, stacklevel)
     return old_value
+
+
+def warn_renamed(owner: str, old: str, new: str, stacklevel: int) -> None:
+    """The ``FutureWarning`` of a deprecated alias, one wording for estimators, components
+    and functions."""
+    warnings.warn(f"{owner}({old}=...) is deprecated; use {new}=..., the same parameter under "
+                  "its new name", FutureWarning, stacklevel=stacklevel + 1)
 
 
 def check_random_seed(value: Any, name: str = "random_seed") -> None:
@@ -91,9 +97,7 @@ class RenamedParameters:
         """One ``FutureWarning`` per deprecated alias that is given."""
         for new, old in self.RENAMED.items():
             if getattr(self, old, None) is not None:
-                warnings.warn(f"{type(self).__name__}({old}=...) is deprecated; use {new}=..., "
-                              "the same parameter under its new name", FutureWarning,
-                              stacklevel=stacklevel)
+                warn_renamed(type(self).__name__, old, new, stacklevel)
 
     @classmethod
     def upgrade_params(cls, params: dict[str, Any]) -> dict[str, Any]:

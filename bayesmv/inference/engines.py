@@ -380,6 +380,12 @@ def _gaussian_draws(built: BuiltModel, flat: FlatLogp, mode: np.ndarray,
     return add_point_estimate(built, idata, at_mode, "mode")
 
 
+def check_laplace_curvature(value: Any) -> None:
+    """Raise ValueError unless ``value`` is one of :data:`CURVATURES`."""
+    if value not in CURVATURES:
+        raise ValueError(f"laplace_curvature must be one of {CURVATURES}, got {value!r}")
+
+
 def laplace_curvature(curvature: str, n_parameters: int, full_max: int = FULL_HESSIAN_MAX
                       ) -> str:
     """``"auto"``: the full Hessian up to ``full_max`` parameters, else its diagonal."""

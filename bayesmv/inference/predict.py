@@ -43,7 +43,13 @@ class DrawFunction:
         self._holders = [rv.type(name=rv.name) for rv in rvs]
         self._f = clone_replace(f, replace=dict(zip(rvs, self._holders, strict=True)))
         self._extra = dict(extra or {})
-        self._transformed = {rv.name for rv in rvs if model.rvs_to_transforms.get(rv) is not None}
+        transformed = {rv.name for rv in rvs if model.rvs_to_transforms.get(rv) is not None}
+        inputs = set(ancestors([self._f]))
+        #: indices (into ``names``) of the free variables f depends on
+        self._used = [i for i, h in enumerate(self._holders) if h in inputs]
+        #: whether f depends on no constrained variable: then a Gaussian over the free
+        #: variables (the Laplace approximation) is one over f's inputs themselves
+        self.linearisable = not any(self._holders[i].name in transformed for i in self._used)
         self.names = [rv.name for rv in rvs]
         self.extra = {name: tuple(int(d) for d in var.type.shape)
                       for name, var in self._extra.items()}
@@ -66,13 +72,6 @@ class DrawFunction:
             out.append(self._fn(*self._args(draws, s), *noise))
         return np.stack(out)
 
-    @property
-    def linearisable(self) -> bool:
-        """Whether ``f`` depends on no constrained variable: then a Gaussian over the free
-        variables (the Laplace approximation) is one over ``f``'s inputs themselves."""
-        inputs = set(ancestors([self._f]))
-        return not any(h.name in self._transformed for h in self._holders if h in inputs)
-
     def linearised(self, mode: dict[str, np.ndarray], draws: dict[str, np.ndarray],
                    rng: np.random.Generator | None = None, antithetic: bool = False
                    ) -> np.ndarray:
@@ -86,11 +85,9 @@ class DrawFunction:
         2S values average to ``f(θ̂)`` exactly.  Returns (S, n, T) or (2S, n, T).
         """
         if self._jvp_fn is None:
-            inputs = set(ancestors([self._f]))
-            used = [h for h in self._holders if h in inputs]
+            used = [self._holders[i] for i in self._used]
             tangents = [h.type(name=f"d_{h.name}") for h in used]
             jvp = Rop(self._f, used, tangents)
-            self._used = [self._holders.index(h) for h in used]
             self._jvp_fn = pytensor.function(
                 self._holders + tangents + list(self._extra.values()), [self._f, jvp],
                 on_unused_input="ignore")

@@ -164,9 +164,7 @@ class MultiViewClassifier(BaseMultiViewClassifier):
         if not 0 < float(self.target_accept) < 1:
             raise ValueError(f"target_accept must lie in (0, 1), got {self.target_accept!r}")
         check_nuts_sampler(self.nuts_sampler, require_installed=False)
-        if self.laplace_curvature not in engines.CURVATURES:
-            raise ValueError(f"laplace_curvature must be one of {engines.CURVATURES}, got "
-                             f"{self.laplace_curvature!r}")
+        engines.check_laplace_curvature(self.laplace_curvature)
 
     def _modes(self) -> int:
         return 1 if self.ensemble is None else int(self.ensemble)

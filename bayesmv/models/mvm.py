@@ -53,9 +53,9 @@ from bayesmv.diagnostics.convergence import (
     warn_if_not_converged,
 )
 from bayesmv.inference.engines import (
-    CURVATURES,
     LAPLACE_KHAT_MAX,
     EngineSettings,
+    check_laplace_curvature,
     draw_rng,
     draws_to_idata,
     fit_map,
@@ -119,9 +119,7 @@ class _MVMCore(RenamedParameters):
         check_positive("tol", self.tol)
         if not (isinstance(self.target_accept, numbers.Real) and 0 < self.target_accept < 1):
             raise ValueError(f"target_accept must lie in (0, 1), got {self.target_accept!r}")
-        if self.laplace_curvature not in CURVATURES:
-            raise ValueError(f"laplace_curvature must be one of {CURVATURES}, "
-                             f"got {self.laplace_curvature!r}")
+        check_laplace_curvature(self.laplace_curvature)
         # unknown names always fail; a missing back-end only when NUTS will run
         check_nuts_sampler(self.nuts_sampler, require_installed=self.inference == "nuts")
         if self.cores is not None:
