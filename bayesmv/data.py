@@ -739,7 +739,10 @@ class ViewStandardizer:
     """Standardise each view to zero mean and unit variance using its observed rows only.
 
     Missing (all-NaN) rows are ignored when fitting and stay NaN after transforming.
-    Constant columns get scale 1, as in :class:`sklearn.preprocessing.StandardScaler`.
+    Constant columns get scale 1, as in :class:`sklearn.preprocessing.StandardScaler`; with
+    ``drop_constant=True`` the columns of a dense view that are constant on its observed
+    training rows are left out of the transformed views instead (unless every column of the
+    view is constant).
     Sparse views pass through unchanged (recorded as mean 0, scale 1): centring would densify
     them, and per-column scaling would inflate rare indicator features (a column seen in 0.1 %
     of the rows has standard deviation ≈ 0.03, so its ones would become ≈ 30).
@@ -752,7 +755,20 @@ class ViewStandardizer:
         Per-view column standard deviations (1 for constant columns).
     layout_ : ViewLayout
         Layout of the views seen in :meth:`fit`.
+    kept_ : tuple of ndarray of bool
+        Per view, the columns that :meth:`transform` keeps (all of them unless
+        ``drop_constant``).
+
+    Parameters
+    ----------
+    drop_constant : bool, default False
+        Leave out columns that are constant on the training rows.  A latent-variable model of
+        a view reads such a column, exactly zero after centring, as a feature reproduced
+        without noise, which inflates that view's noise precision.
     """
+
+    def __init__(self, drop_constant: bool = False) -> None:
+        self.drop_constant = drop_constant
 
     def fit(self, data: MultiViewData) -> ViewStandardizer:
         """Learn per-view means and scales.
@@ -768,8 +784,10 @@ class ViewStandardizer:
             ``self``.
         """
         data = check_views(data, argument="data", allow_sparse=True)
-        means, scales = [], []
+        means, scales, kept = [], [], []
         for i, (view, name) in enumerate(zip(data.views, data.view_names, strict=True)):
+            keep = np.ones(view.shape[1], dtype=bool)
+            kept.append(keep)
             if sp.issparse(view):
                 means.append(np.zeros(view.shape[1]))
                 scales.append(np.ones(view.shape[1]))
@@ -780,8 +798,12 @@ class ViewStandardizer:
             scaler = StandardScaler().fit(view[rows])
             means.append(np.asarray(scaler.mean_, dtype=np.float64))
             scales.append(np.asarray(scaler.scale_, dtype=np.float64))
+            varies = np.ptp(view[rows], axis=0) > 0
+            if self.drop_constant and varies.any():
+                keep[:] = varies
         self.mean_ = tuple(means)
         self.scale_ = tuple(scales)
+        self.kept_ = tuple(kept)
         self.layout_ = data.layout
         return self
 
@@ -805,8 +827,9 @@ class ViewStandardizer:
         self._check_fitted()
         data = check_views(data, layout=self.layout_, argument="data", allow_sparse=True)
         views = tuple(
-            v.copy() if sp.issparse(v) else np.ascontiguousarray((v - m) / s)
-            for v, m, s in zip(data.views, self.mean_, self.scale_, strict=True)
+            v.copy() if sp.issparse(v) else np.ascontiguousarray(((v - m) / s)[:, keep])
+            for v, m, s, keep in zip(data.views, self.mean_, self.scale_, self.kept_,
+                                     strict=True)
         )
         return MultiViewData(views, data.observed.copy(), data.view_names)
 
@@ -831,12 +854,14 @@ class ViewStandardizer:
         Returns
         -------
         dict
-            Keys ``"mean"``, ``"scale"`` (lists of per-view lists) and ``"layout"``.
+            Keys ``"mean"``, ``"scale"``, ``"kept"`` (lists of per-view lists) and
+            ``"layout"``.
         """
         self._check_fitted()
         return {
             "mean": [m.tolist() for m in self.mean_],
             "scale": [s.tolist() for s in self.scale_],
+            "kept": [k.tolist() for k in self.kept_],
             "layout": self.layout_.to_dict(),
         }
 
@@ -868,6 +893,13 @@ class ViewStandardizer:
             )
         if any(not np.all(np.isfinite(s) & (s > 0)) for s in scales):
             raise ValueError("ViewStandardizer.from_dict: scales must be positive and finite")
-        obj = cls()
-        obj.mean_, obj.scale_, obj.layout_ = means, scales, layout
+        # files written before columns could be left out keep every column
+        kept = tuple(np.asarray(k, dtype=bool) for k in d.get(
+            "kept", [[True] * size for size in layout.view_sizes]))
+        if [k.shape for k in kept] != [(size,) for size in layout.view_sizes] or not all(
+                k.any() for k in kept):
+            raise ValueError("ViewStandardizer.from_dict: kept columns do not match the layout "
+                             f"{layout.view_sizes}")
+        obj = cls(drop_constant=not all(k.all() for k in kept))
+        obj.mean_, obj.scale_, obj.kept_, obj.layout_ = means, scales, kept, layout
         return obj

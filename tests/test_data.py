@@ -545,6 +545,30 @@ def test_standardizer_round_trip(views):
     assert_same_data(fitted.transform(data), restored.transform(data))
 
 
+def test_standardizer_drops_constant_columns_only_when_asked(views):
+    views[0][:, 1] = 7.0
+    views[1][:, [0, 2]] = 3.0
+    data = check_views(views)
+    kept = ViewStandardizer().fit_transform(data)
+    assert [v.shape[1] for v in kept.views] == [v.shape[1] for v in views]
+    dropping = ViewStandardizer(drop_constant=True).fit(data)
+    out = dropping.transform(data)
+    assert [v.shape[1] for v in out.views] == [views[0].shape[1] - 1, views[1].shape[1] - 2]
+    # the kept columns are those of the plain standardisation, in order
+    np.testing.assert_array_equal(out.views[0], np.delete(kept.views[0], 1, axis=1))
+    np.testing.assert_array_equal(out.views[1], np.delete(kept.views[1], [0, 2], axis=1))
+    restored = ViewStandardizer.from_dict(json.loads(json.dumps(dropping.to_dict())))
+    assert_same_data(restored.transform(data), out)
+    # a view with no varying column keeps its columns (dropping them would leave it empty)
+    views[1][:] = 1.0
+    all_constant = ViewStandardizer(drop_constant=True).fit(check_views(views))
+    assert all_constant.kept_[1].all() and not all_constant.kept_[0].all()
+    # a file written before ``kept`` existed keeps every column
+    legacy = ViewStandardizer().fit(data).to_dict()
+    del legacy["kept"]
+    assert all(k.all() for k in ViewStandardizer.from_dict(legacy).kept_)
+
+
 def test_standardizer_errors(views):
     with pytest.raises(NotFittedError):
         ViewStandardizer().transform(check_views(views))

@@ -160,6 +160,24 @@ def test_reproducible_with_random_seed():
     assert not np.array_equal(a.idata_.posterior["f"], c.idata_.posterior["f"])
 
 
+def test_a_constant_column_is_left_out_of_the_latent_model():
+    """A column constant on the training rows carries no information, but as an exactly
+    reproduced feature it would inflate its view's noise precision: the fit with one appended
+    equals, draw for draw, the fit without it, and predicts the same from the wider input."""
+    X, y = _toy(n=30, seed=2)
+    wide = [X[0], np.column_stack([X[1], np.full(len(y), 4.0)])]
+    params = dict(TINY, draws=20, tune=20)
+    with pytest.warns(ConvergenceWarning):
+        plain = M3LAK(random_seed=5, **params).fit(X, y)
+        padded = M3LAK(random_seed=5, **params).fit(wide, y)
+    assert padded.n_features_in_ == plain.n_features_in_ + 1
+    assert padded.layout_.view_sizes == (5, 5)
+    np.testing.assert_array_equal(padded.idata_.posterior["f"], plain.idata_.posterior["f"])
+    np.testing.assert_array_equal(padded.predict_proba(wide), plain.predict_proba(X))
+    with pytest.raises(ValueError, match="has 4 features but the model was fitted with 5"):
+        padded.predict(X)
+
+
 def test_keep_warmup_adds_the_tuning_iterations_and_changes_no_draw():
     X, y = _toy(n=30, seed=2)
     params = dict(TINY, draws=12, tune=15)
