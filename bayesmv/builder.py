@@ -178,6 +178,12 @@ class ModelBuilder(BaseEstimator):
                           else Identity())
         return (representation, self.feature_map, self.combiner, self.likelihood)
 
+    @property
+    def models_views(self) -> bool:
+        """Whether a piece puts a likelihood on the view features themselves (then columns
+        constant on the training rows are left out: see ``Component.models_views``)."""
+        return any(piece.models_views for piece in self.pieces)
+
     def build(self, data: MultiViewData, targets: np.ndarray | None, *,
               augmented: bool = False, fitted: dict[str, Any] | None = None,
               n_outputs: int | None = None) -> BuiltModel:

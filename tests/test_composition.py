@@ -336,8 +336,14 @@ def test_m3lak_preset_is_the_composed_estimator_with_its_builder_and_hybrid(smal
         composed = MultiViewClassifier(m3lak.make_builder(), inference="hybrid", draws=15,
                                        tune=15, chains=1, random_seed=5,
                                        target_accept=m3lak.target_accept).fit(X, y)
+        # a shared latent models the views: a constant column is left out, as M3LAK does
+        padded = [X[0], np.column_stack([X[1], np.full(len(y), 2.0)]), *X[2:]]
+        composed_padded = clone(composed).fit(padded, y)
     np.testing.assert_array_equal(composed.idata_.posterior["f"].values,
                                   m3lak.idata_.posterior["f"].values)
+    np.testing.assert_array_equal(composed_padded.idata_.posterior["f"].values,
+                                  m3lak.idata_.posterior["f"].values)
+    assert composed_padded.n_features_in_ == composed.n_features_in_ + 1
     assert composed.predict_proba(Xt).shape == (len(Xt[0]), 2)
 
 

@@ -143,12 +143,17 @@ class Component(RenamedParameters, BaseEstimator):
         product kernel besides the per-view blocks).
     requires : dict
         ``{input kind: properties the input must provide}``.
+    models_views : bool
+        Whether the piece puts a likelihood on the view features themselves (a generative
+        model of X).  Estimators then leave out the columns constant on the training rows,
+        which such a model would read as features reproduced without noise.
     """
 
     consumes: ClassVar[tuple[str, ...]] = ()
     produces: ClassVar[str] = NOTHING
     provides: ClassVar[frozenset[str]] = frozenset()
     requires: ClassVar[dict[str, frozenset[str]]] = {}
+    models_views: ClassVar[bool] = False
 
     def build(self, ctx: BuildContext, upstream: Any = None) -> Any:
         raise NotImplementedError

@@ -159,6 +159,7 @@ class SharedLatent(Component):
     # ------------------------------------------------------------------ graph
     consumes = (VIEWS,)
     produces = LATENT
+    models_views = True
 
     def build(self, ctx: BuildContext, upstream=None) -> pt.TensorVariable:
         self._warn_renamed()

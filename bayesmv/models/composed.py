@@ -70,7 +70,10 @@ class MultiViewClassifier(BaseMultiViewClassifier):
     view_sizes : sequence of int or None
         Column widths of the views when ``X`` is one concatenated array (one may be -1).
     standardize : bool, default True
-        Standardise each view's columns with the training rows' mean and sd first.
+        Standardise each view's columns with the training rows' mean and sd first; when a
+        piece models the views themselves (``builder.models_views``, e.g. a
+        :class:`~bayesmv.components.SharedLatent`), columns constant on the training rows
+        are left out, as a Gaussian noise model would read them as noise-free features.
     n_init : int, default 3
         L-BFGS-B starts of the MAP (the best mode is kept).
     ensemble : int or None, default 1
@@ -195,10 +198,11 @@ class MultiViewClassifier(BaseMultiViewClassifier):
         """Build the model on (X, y) and run the inference engine."""
         self._check_params()
         data, classes, y_index = self._validate_training_data(X, y)
-        standardizer = ViewStandardizer().fit(data) if self.standardize else None
+        builder = self._seeded_builder()
+        standardizer = (ViewStandardizer(drop_constant=builder.models_views).fit(data)
+                        if self.standardize else None)
         train = standardizer.transform(data) if standardizer is not None else data
         targets = label_tasks(y_index, len(classes))
-        builder = self._seeded_builder()
         start = time.perf_counter()
         built = builder.build(train, targets)
         inference = engines.resolve(built, self.inference)

@@ -135,12 +135,13 @@ class M3LAK(BaseMultiViewClassifier):
     standardize : bool, default True
         Standardise each view on the observed training rows, leaving out the columns that
         are constant on them (:class:`~bayesmv.data.ViewStandardizer` with
-        ``drop_constant=True``).  A constant column carries no information, but the view's
-        Gaussian noise model reads it as a feature reproduced without noise, which inflates
-        that view's noise precision τ: on the UCI digits 3 vs 5 the morphological view has
-        one (no 3 or 5 has a non-zero first ``mor`` feature), and leaving it out lowered τ of
-        that view from about 21 to 6-9 and raised the smallest bulk ESS of f from 515 to
-        1513 and of τ from 645 to 1820 (4 chains of 500 + 2000, tuning seed 11).
+        ``drop_constant=True``, as for any model whose pieces model the views).  A constant
+        column carries no information, but the view's Gaussian noise model reads it as a
+        feature reproduced without noise, which inflates that view's noise precision τ: on
+        the UCI digits 3 vs 5 the morphological view has one (no 3 or 5 has a non-zero first
+        ``mor`` feature), and leaving it out lowered τ of that view from about 21 to 9-11
+        and raised the smallest bulk ESS of τ 2-2.6× (4 chains of 500 + 2000, seeds 0-2 and
+        tuning seed 11; README's Benchmarks).
     n_latent_draws : int, default 16
         Draws of the test latent h* per posterior draw for ``predict_proba`` and
         ``decision_function`` (the same standard-normal draws for every row, so a row's
@@ -309,13 +310,13 @@ class M3LAK(BaseMultiViewClassifier):
         """Validate and standardise (X, y) and build the ``pm.Model`` without sampling it."""
         self._validate_params()
         data, classes, y_index = self._validate_training_data(X, y)
-        layout = data.layout
-        standardizer = (ViewStandardizer(drop_constant=True).fit(data) if self.standardize
-                        else None)
+        layout, builder = data.layout, self.make_builder()
+        standardizer = (ViewStandardizer(drop_constant=builder.models_views).fit(data)
+                        if self.standardize else None)
         if standardizer is not None:
             data = standardizer.transform(data)
         targets = label_tasks(y_index, len(classes))
-        built = self.make_builder().build(data, targets, augmented=augmented)
+        built = builder.build(data, targets, augmented=augmented)
         built.classes, built.y_index, built.standardizer = classes, y_index, standardizer
         built.input_layout = layout
         return built
