@@ -735,14 +735,18 @@ def label_tasks(y_index: np.ndarray, n_classes: int) -> np.ndarray:
     return np.ascontiguousarray(tasks, dtype=np.float64)
 
 
+#: largest standardised deviation of a column that ``drop_constant`` treats as constant
+_CONSTANT_TOLERANCE = 1e-8
+
+
 class ViewStandardizer:
     """Standardise each view to zero mean and unit variance using its observed rows only.
 
     Missing (all-NaN) rows are ignored when fitting and stay NaN after transforming.
     Constant columns get scale 1, as in :class:`sklearn.preprocessing.StandardScaler`; with
-    ``drop_constant=True`` the columns of a dense view that are constant on its observed
-    training rows are left out of the transformed views instead (unless every column of the
-    view is constant).
+    ``drop_constant=True`` the columns of a dense view that are constant (to rounding) on its
+    observed training rows are left out of the transformed views instead (unless every
+    column of the view is constant).
     Sparse views pass through unchanged (recorded as mean 0, scale 1): centring would densify
     them, and per-column scaling would inflate rare indicator features (a column seen in 0.1 %
     of the rows has standard deviation ≈ 0.03, so its ones would become ≈ 30).
@@ -798,7 +802,10 @@ class ViewStandardizer:
             scaler = StandardScaler().fit(view[rows])
             means.append(np.asarray(scaler.mean_, dtype=np.float64))
             scales.append(np.asarray(scaler.scale_, dtype=np.float64))
-            varies = np.ptp(view[rows], axis=0) > 0
+            # constant up to rounding: StandardScaler keeps scale 1 for such a column, so its
+            # standardised values stay at rounding level, where a varying column reaches ~1
+            deviation = np.max(np.abs(view[rows] - scaler.mean_), axis=0) / scaler.scale_
+            varies = deviation > _CONSTANT_TOLERANCE
             if self.drop_constant and varies.any():
                 keep[:] = varies
         self.mean_ = tuple(means)
