@@ -6,7 +6,9 @@ the rank-normalised split R-hat and bulk / tail ESS (Vehtari et al. 2021) of eve
 decision value ``f`` and of ``tau``, the wall time, the
 minimum bulk ESS of f per second, and the test accuracy, Brier score and ECE; then, for the
 diagnosis, the chain means, R-hat and ESS of global summaries that a slow direction would
-show: ||β||, ||Ω||, the mean |f|, the log noise precision and log ||W_v|| of each view and the
+show: ||β||, ||Ω||, Ω's top singular value (the bandwidth along the most discriminative
+latent direction), the mean |f|, the slowest decision value and its within-chain
+correlation with the two bandwidths, the log noise precision and log ||W_v|| of each view and the
 number of occupied DP components.  Beside f's smallest ESS it prints the median, and the
 largest R-hat that a sampler which has converged, with that autocorrelation, would still show
 among as many quantities by chance (``rhat_noise_floor``): a max R-hat near that floor asks
@@ -55,6 +57,14 @@ def _summary(name: str, x: np.ndarray) -> str:
     ds = xr.Dataset({"x": (("chain", "draw"), x)})
     return (f"  {name:<22} chain means {np.array2string(x.mean(axis=1), precision=3)}  "
             f"R-hat {float(az.rhat(ds)['x']):.3f}  ESS {float(az.ess(ds)['x']):.0f}")
+
+
+def _within_chain_correlation(a: np.ndarray, b: np.ndarray) -> float:
+    """Correlation of two (chain, draw) series after removing each chain's mean: which
+    global quantity a slow decision value moves with."""
+    a = (a - a.mean(axis=1, keepdims=True)).ravel()
+    b = (b - b.mean(axis=1, keepdims=True)).ravel()
+    return float(np.corrcoef(a, b)[0, 1])
 
 
 def print_chain_paths(est: M3LAK, blocks: int = 10) -> None:
@@ -170,8 +180,19 @@ def main() -> None:
               f"{est.score(X_test, y_test):.3f} | {cal.brier:.4f} | {cal.ece:.4f} | "
               f"{median_ess:.0f} {floor:.3f}")
         print(_summary("||beta||", np.sqrt(np.sum(post["beta"].values ** 2, axis=(-1, -2)))))
-        print(_summary("||Omega||", np.sqrt(np.sum(post["Omega"].values ** 2, axis=(-1, -2)))))
+        omega = np.sqrt(np.sum(post["Omega"].values ** 2, axis=(-1, -2)))
+        # the bandwidth along the most discriminative latent direction (invariant to the
+        # latent rotations the sampler makes, unlike any one column of Omega)
+        top_sv = np.linalg.svd(post["Omega"].values, compute_uv=False)[..., 0]
+        print(_summary("||Omega||", omega))
+        print(_summary("top singular value Omega", top_sv))
         print(_summary("mean |f|", np.abs(post["f"].values).mean(axis=(-1, -2))))
+        f = post["f"].values.reshape(post.sizes["chain"], post.sizes["draw"], -1)
+        slowest = int(np.argmin(az.ess(post[["f"]], method="bulk")["f"].values.ravel()))
+        print(_summary(f"f of the slowest value ({slowest})", f[..., slowest]))
+        print(f"    its correlation (within chains) with ||Omega|| "
+              f"{_within_chain_correlation(f[..., slowest], omega):+.2f}, with the top "
+              f"singular value {_within_chain_correlation(f[..., slowest], top_sv):+.2f}")
         for v in range(post["tau"].shape[-1]):
             print(_summary(f"log tau_{v}", np.log(post["tau"].values[..., v])))
             print(_summary(f"log ||W_{v}||",
