@@ -36,11 +36,11 @@ def test_defaults_are_the_estimator_defaults():
 def test_quick_preset_and_explicit_options_win():
     args = cli.parse_args(["--quick"])
     assert {k: getattr(args, k) for k in cli.QUICK} == cli.QUICK
-    assert cli.QUICK == {"draws": 1000, "tune": 500, "chains": 2, "n_frequencies": 50,
+    assert cli.QUICK == {"draws": 1000, "tune": 500, "chains": 2, "n_frequencies": 40,
                          "latent_dim": "auto"}
     args = cli.parse_args(["--quick", "--draws", "400", "--latent-dim", "4"])
     assert args.draws == 400 and args.latent_dim == 4
-    assert args.tune == 500 and args.n_frequencies == 50
+    assert args.tune == 500 and args.n_frequencies == 40
 
 
 def test_all_options():
