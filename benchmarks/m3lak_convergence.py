@@ -172,7 +172,8 @@ def main() -> None:
             row += [float(az.rhat(ds, method="rank")[name].max()), float(bulk.min()),
                     float(az.ess(ds, method="tail")[name].min())]
             if name == "f":
-                median_ess, n_f = float(bulk.median()), int(bulk.size)
+                f_bulk = bulk.values.ravel()
+                median_ess, n_f = float(np.median(f_bulk)), int(f_bulk.size)
         floor = rhat_noise_floor(median_ess, post.sizes["chain"], post.sizes["draw"], n_f)
         cal = calibration(y_test, est.predict_proba(X_test), est.classes_)
         print(f"{seed} | {row[0]:.4f} {row[1]:.0f} {row[2]:.0f} | {row[3]:.4f} {row[4]:.0f} "
@@ -188,7 +189,7 @@ def main() -> None:
         print(_summary("top singular value Omega", top_sv))
         print(_summary("mean |f|", np.abs(post["f"].values).mean(axis=(-1, -2))))
         f = post["f"].values.reshape(post.sizes["chain"], post.sizes["draw"], -1)
-        slowest = int(np.argmin(az.ess(post[["f"]], method="bulk")["f"].values.ravel()))
+        slowest = int(np.argmin(f_bulk))
         print(_summary(f"f of the slowest value ({slowest})", f[..., slowest]))
         print(f"    its correlation (within chains) with ||Omega|| "
               f"{_within_chain_correlation(f[..., slowest], omega):+.2f}, with the top "

@@ -427,14 +427,19 @@ def fit_laplace(built: BuiltModel, settings: EngineSettings
     info["inference"] = "laplace"
     curvature = laplace_curvature(settings.laplace_curvature, flat.size)
     idata = _gaussian_draws(built, flat, mode, settings, info, curvature, linearise=True)
-    if info["laplace_khat"] > LAPLACE_KHAT_MAX:
-        warnings.warn(
-            f"The Laplace approximation fits the posterior poorly (Pareto k-hat "
-            f"{info['laplace_khat']:.2f} > {LAPLACE_KHAT_MAX} for its draws against the log "
-            "density): treat its uncertainty as rough, check its predictions on held-out "
-            "data, or use inference='nuts' for the full posterior.", RuntimeWarning,
-            stacklevel=3)
+    warn_if_poor_laplace(info["laplace_khat"], stacklevel=3)
     return idata, info
+
+
+def warn_if_poor_laplace(khat: float, stacklevel: int, reason: str = "") -> None:
+    """The one warning for a Laplace approximation whose draws fit the log density poorly
+    (Pareto k̂ above :data:`LAPLACE_KHAT_MAX`); ``reason``: why, for a particular model."""
+    if khat > LAPLACE_KHAT_MAX:
+        warnings.warn(
+            f"The Laplace approximation fits the posterior poorly (Pareto k-hat {khat:.2f} > "
+            f"{LAPLACE_KHAT_MAX} for its draws against the log density): treat its uncertainty "
+            f"as rough and check its predictions on held-out data.{reason}  For the full "
+            "posterior use inference='nuts'.", RuntimeWarning, stacklevel=stacklevel + 1)
 
 
 def fit_exact(built: BuiltModel, settings: EngineSettings

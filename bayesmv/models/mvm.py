@@ -53,7 +53,6 @@ from bayesmv.diagnostics.convergence import (
     warn_if_not_converged,
 )
 from bayesmv.inference.engines import (
-    LAPLACE_KHAT_MAX,
     EngineSettings,
     check_laplace_curvature,
     draw_rng,
@@ -62,6 +61,7 @@ from bayesmv.inference.engines import (
     gaussian_at_mode,
     laplace_curvature,
     point_function,
+    warn_if_poor_laplace,
 )
 from bayesmv.inference.optimize import (
     L1Penalty,
@@ -226,15 +226,12 @@ class _MVMCore(RenamedParameters):
         idata = draws_to_idata(built, draws)
         info.update(laplace_curvature=lap.curvature, laplace_flat_directions=lap.n_clipped,
                     laplace_khat=khat)
-        if khat > LAPLACE_KHAT_MAX:
-            warnings.warn(
-                f"The Laplace approximation fits the joint posterior poorly (Pareto k-hat "
-                f"{khat:.2f} > 0.7 for its draws): treat its uncertainty as rough and check its "
-                "predictions on held-out data (they use the linearised predictive, centred on "
-                "the mode's decision values).  Factor posteriors are curved (rescalings "
-                "between views form ridges), and on (nearly) separable data the likelihood is "
-                "flat at the mode, so the Gaussian takes its width from the prior alone.  For "
-                "the full posterior use inference='nuts'.", RuntimeWarning, stacklevel=3)
+        warn_if_poor_laplace(
+            khat, stacklevel=3,
+            reason="  Its predictions use the linearised predictive, centred on the mode's "
+                   "decision values.  Factor posteriors are curved (rescalings between views "
+                   "form ridges), and on (nearly) separable data the likelihood is flat at the "
+                   "mode, so the Gaussian takes its width from the prior alone.")
         # marginal sds in the unconstrained space (log scale for positive parameters)
         dims = built.model.named_vars_to_dims
         sd_point = flat.to_point(lap.sd)
