@@ -84,6 +84,20 @@ def cho_solve_lower(L: np.ndarray, B: np.ndarray) -> np.ndarray:
     return X
 
 
+def cho_inverse(L: np.ndarray) -> np.ndarray:
+    """``A⁻¹`` (full, symmetric) given A's lower Cholesky factor L, always in double precision.
+
+    For many right-hand sides ``B @ A⁻¹`` is a matrix product, several times faster than
+    :func:`cho_solve_lower`'s triangular solves, and inverting a float32 factor in double
+    precision keeps the products as accurate as those solves (the factor's own rounding
+    dominates).
+    """
+    Ainv, info = lapack.dpotri(np.asarray(L, dtype=np.float64), lower=1)
+    _check(info, "potri", "the factor is singular")
+    lower = np.tril(Ainv)
+    return lower + np.tril(lower, -1).T
+
+
 def inverse_lower(L: np.ndarray) -> np.ndarray:
     """``L⁻¹`` of a lower-triangular L (lower triangular too), in L's precision."""
     Linv, info = _routine("trtri", L)(L, lower=1)

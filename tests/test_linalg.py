@@ -5,6 +5,7 @@ import pytest
 from scipy.linalg import LinAlgError
 
 from bayesmv.linalg import (
+    cho_inverse,
     cho_solve_lower,
     cholesky_lower,
     inverse_lower,
@@ -27,6 +28,12 @@ def test_factor_and_solves_match_numpy(n, k):
     np.testing.assert_allclose(solve_lower(L, B, transposed=True), np.linalg.solve(L.T, B),
                                rtol=1e-10)
     np.testing.assert_allclose(inverse_lower(L), np.linalg.inv(L), rtol=1e-10, atol=1e-14)
+    # the full symmetric inverse, in double precision also from a single-precision factor
+    np.testing.assert_allclose(cho_inverse(L), np.linalg.inv(A), rtol=1e-10, atol=1e-14)
+    L32 = L.astype(np.float32)
+    assert cho_inverse(L32).dtype == np.float64
+    np.testing.assert_allclose(cho_inverse(L32), np.linalg.inv(L32.astype(float) @ L32.T),
+                               rtol=1e-10, atol=1e-14)
     # a vector right-hand side keeps its shape
     assert solve_lower(L, B[:, 0]).shape == (n,)
 

@@ -24,7 +24,7 @@ from threadpoolctl import threadpool_limits
 
 from bayesmv.components.features import diagonal_gaussian_component_logp
 from bayesmv.inference.slice import slice_sample_independent
-from bayesmv.linalg import cho_solve_lower, solve_lower, weighted_gram_cholesky
+from bayesmv.linalg import cho_inverse, cho_solve_lower, solve_lower, weighted_gram_cholesky
 
 #: below this |a| the GIG(1/2, 1, a²) conditional of λ is its a → 0 limit Gamma(1/2, rate 1/2)
 _TINY_MARGIN = 1e-10
@@ -135,10 +135,12 @@ def collapsed_log_marginal(Phi: np.ndarray, targets: np.ndarray, lams: list, C: 
         conditionals.append((mean, chol))
         if with_gradient:
             c = C * (1.0 + C / lam) * targets[:, t]
-            # two triangular solves, not an explicit A⁻¹: in single precision (the leapfrog
-            # forces) an explicit inverse lost all accuracy once a weight C²/λ_n neared 1e6
-            # (relative error 2e3 against 0.35 for the solves, N = 500)
-            Phi_Ainv = cho_solve_lower(chol, Phi.T).T
+            # A⁻¹ inverted in double precision, also for the float32 leapfrog forces: a float32
+            # inverse lost all accuracy once a weight C²/λ_n neared 1e6 (relative error 2e3,
+            # N = 500), while the double inverse of the float32 factor is as accurate as two
+            # triangular solves (0.18 against 0.23 at 1e6, 2e-3 against 2.6e-3 at 1e4) and the
+            # product Φ A⁻¹ took a quarter of the solves' time (N = 426 to 700, 81 features)
+            Phi_Ainv = Phi @ cho_inverse(chol).astype(Phi.dtype, copy=False)
             grad += np.outer(c - C**2 * (Phi @ mean) / lam, mean)
             grad -= C**2 * Phi_Ainv / lam[:, None]
     return (total, conditionals, grad) if with_gradient else (total, conditionals)
