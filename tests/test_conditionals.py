@@ -112,8 +112,8 @@ def test_view_latent_conditional_matches_joint(augmented):
     nat = spec.natural(point)
     rng = np.random.default_rng(2)
     for v, (Xo, idx) in enumerate(zip(spec.views, spec.observed_index, strict=True)):
-        mean, chol = view_latent_conditional(Xo, nat["H"][idx], nat[f"W_{v}"], nat[f"V_{v}"],
-                                             float(nat["tau"][v]))
+        resid = Xo - nat["H"][idx] @ nat[f"W_{v}"].T
+        mean, chol = view_latent_conditional(resid, nat[f"V_{v}"], float(nat["tau"][v]))
         values = [rng.normal(size=point[f"U_{v}"].shape) for _ in range(3)]
         _assert_same_differences(
             logp, point, f"U_{v}", values,

@@ -210,10 +210,11 @@ class BetaLambdaGibbs(GibbsBlockStep):
                       "scale_accept": float(accepted)}]
 
 
-def view_latent_conditional(Xo, Ho, W, V, tau) -> tuple[np.ndarray, np.ndarray]:
-    """U | H, W, V, τ (paper eq. 10): per-row means (K, n) and the shared precision's Cholesky."""
+def view_latent_conditional(resid, V, tau) -> tuple[np.ndarray, np.ndarray]:
+    """U | H, W, V, τ (paper eq. 10) from the residuals ``X - H Wᵀ`` of the observed rows:
+    per-row means (K, n) and the shared precision's Cholesky factor."""
     chol = weighted_gram_cholesky(V, np.full(V.shape[0], tau), 1.0)
-    return cho_solve_lower(chol, tau * V.T @ (Xo - Ho @ W.T).T), chol
+    return cho_solve_lower(chol, tau * V.T @ resid.T), chol
 
 
 def loadings_conditional(Xo, Ho, U, r, eta, tau) -> tuple[np.ndarray, np.ndarray]:
@@ -300,8 +301,9 @@ class LatentVariableGibbs(GibbsBlockStep):
         for v, (Xo, idx) in enumerate(zip(s.views, s.observed_index, strict=True)):
             V, tau = nat[f"V_{v}"], float(tau_new[v])
             Ho = H[idx]
-            U = draw_gaussian_from_precision(
-                *view_latent_conditional(Xo, Ho, nat[f"W_{v}"], V, tau), rng).T
+            # the residuals of τ's draw: W has not moved since
+            U = draw_gaussian_from_precision(*view_latent_conditional(resid[v], V, tau),
+                                             rng).T
             WV = draw_gaussian_from_precision(
                 *loadings_conditional(Xo, Ho, U, r_new[v], s.view_loading_precision, tau), rng).T
             W, V = WV[:, :m], WV[:, m:]
