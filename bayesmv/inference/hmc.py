@@ -70,9 +70,10 @@ def hinge_terms_of_phases(cos: np.ndarray, sin: np.ndarray, beta: np.ndarray, Y:
     active = margin > 0
     logl = -2.0 * C * np.sum(np.where(active, margin, 0.0), axis=1)
     Gf = 2.0 * C * Y * active
-    # one task (the usual case): broadcasting, several times faster than a product over it
-    dS = (fourier_pullback(cos, sin, Gf * bc, Gf * bs) if Gf.shape[1] == 1
-          else fourier_pullback(cos, sin, Gf @ bc, Gf @ bs))
+    # the sum over tasks; one task (the usual case) by broadcasting, several times faster
+    # than a matrix product over it and the same numbers
+    over_tasks = np.multiply if Gf.shape[1] == 1 else np.matmul
+    dS = fourier_pullback(cos, sin, over_tasks(Gf, bc), over_tasks(Gf, bs))
     return logl.astype(np.float64), dS.astype(np.float64)
 
 
