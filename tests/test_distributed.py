@@ -116,6 +116,11 @@ def test_grid_search_on_dask_equals_local(client, digits):
     np.testing.assert_allclose(remote.predict_proba(X), local.predict_proba(X), rtol=1e-9)
 
 
+def _in_long_tier(cases, long: set) -> list:
+    """The parametrize values with those in ``long`` marked for the long tier."""
+    return [pytest.param(c, marks=pytest.mark.long) if c in long else c for c in cases]
+
+
 #: MVM (two MAP fits a model) cross-validated locally and on Dask took 42 s of a cold-cache
 #: run (the next slowest case 9 s): it runs with the long tier, which keeps the default run
 #: within its 10 minutes
@@ -123,8 +128,7 @@ _LONG_CV_CASES = {2}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("index", [pytest.param(i, marks=pytest.mark.long)
-                                   if i in _LONG_CV_CASES else i for i in range(5)],
+@pytest.mark.parametrize("index", _in_long_tier(range(5), _LONG_CV_CASES),
                          ids=["RhoTMVRKM", "MVML", "MVM", "MVLSVM", "M3LAK"])
 def test_every_estimator_cross_validates_on_dask(client, digits, index):
     """cross_validate under the Dask back-end: same scores, fitted estimators shipped back
@@ -161,8 +165,7 @@ _LONG_CHAIN_CASES = {"M3LAK-nuts"}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.long)
-                                  if c in _LONG_CHAIN_CASES else c for c in CHAIN_CASES])
+@pytest.mark.parametrize("case", _in_long_tier(CHAIN_CASES, _LONG_CHAIN_CASES))
 def test_distributed_chains_equal_local_chains(client, toy, case):
     X, y = toy
     est = CHAIN_CASES[case]()
