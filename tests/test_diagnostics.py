@@ -135,6 +135,20 @@ def test_table_holds_arvizs_own_numbers():
     assert worst.loc["f", "r_hat"] == rep.table.loc[rep.table.variable == "f", "r_hat"].max()
 
 
+def test_object_coordinates_are_located_as_nutpie_writes_them():
+    """nutpie's traces carry coordinates as Python objects (plain ``str``, no ``.item()``):
+    the report still locates every row, with the coordinate values as given."""
+    rng = np.random.default_rng(4)
+    f = rng.normal(size=(2, 200, 3, 1))
+    names = np.array(["a", "b", "c"], dtype=object)
+    idata = az.from_dict(posterior={"f": f}, dims={"f": ["sample", "task"]},
+                         coords={"sample": names, "task": np.array(["t"], dtype=object)})
+    rep = check_convergence(idata)
+    assert sorted(sel["sample"] for _, _, sel in rep.locations.values()) == ["a", "b", "c"]
+    for _, var, sel in rep.locations.values():
+        assert type(sel["sample"]) is str and var == "f"
+
+
 def test_default_judges_identifiable_quantities_only_and_says_so():
     rng = np.random.default_rng(4)
     C, S = 4, 1000

@@ -477,8 +477,9 @@ def _locations(idata, selected: xr.Dataset, names: list[str], labels: list[str])
         coords = [da[d].values for d in dims]
         for ix in np.ndindex(*da.shape[2:]):
             label = next(rows)
-            out[label] = (group, v, {d: c[i].item() for d, c, i in zip(dims, coords, ix,
-                                                                        strict=True)})
+            # .item() of a NumPy scalar; nutpie's traces carry object coordinates (plain str)
+            out[label] = (group, v, {d: getattr(c[i], "item", lambda x=c[i]: x)()
+                                     for d, c, i in zip(dims, coords, ix, strict=True)})
     if next(rows, None) is not None:
         raise RuntimeError("ArviZ's summary has more rows than the judged quantities")
     return out

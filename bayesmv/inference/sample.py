@@ -365,6 +365,15 @@ def _nuts_step(model: pm.Model, initvals: Sequence[dict], target_accept: float):
     return pm.NUTS(model=model, potential=potential, target_accept=target_accept)
 
 
+def pymc_stat_names(idata: az.InferenceData) -> az.InferenceData:
+    """The sampler statistics under PyMC's names: nutpie calls the log density ``logp``,
+    PyMC (and every reader here: the convergence report, MVM's best draw) ``lp``."""
+    stats = idata.get("sample_stats")
+    if stats is not None and "lp" not in stats and "logp" in stats:
+        idata.sample_stats = stats.rename({"logp": "lp"})
+    return idata
+
+
 def _jax_chain_method(chains: int) -> str:
     import jax
     import pymc.sampling.jax  # noqa: F401 - sets XLA's host device count (read at first use)
@@ -426,9 +435,9 @@ def run_sampler(
                          "cannot run a chain on its own reproducibly; use nuts_sampler='pymc' "
                          "(or the hybrid sampler) to spread chains over workers")
     if nuts_sampler == "nutpie":
-        return _flag_if_interrupted(
+        return _flag_if_interrupted(pymc_stat_names(
             pm.sample(nuts_sampler="nutpie", target_accept=target_accept,
-                      random_seed=sample_seed, model=model, **common), chains, draws)
+                      random_seed=sample_seed, model=model, **common)), chains, draws)
     # JAX: the same dispersed starting points as PyMC's NUTS, no extra jitter
     return pm.sample(nuts_sampler=nuts_sampler, target_accept=target_accept, initvals=initvals,
                      random_seed=sample_seed, model=model,
