@@ -126,8 +126,7 @@ def collapsed_log_marginal(Phi: np.ndarray, targets: np.ndarray, lams: list, C: 
     ``with_gradient`` also the gradient w.r.t. Φ: with ``m = A⁻¹b`` and ``c = C(1 + C/λ) y``,
     ``∂/∂Φ = (c - C² Φm/λ) mᵀ - C² diag(1/λ) Φ A⁻¹`` summed over tasks.
     """
-    total, conditionals = 0.0, []
-    grad = np.zeros_like(Phi) if with_gradient else None
+    total, conditionals, grad = 0.0, [], None
     for t, lam in enumerate(lams):
         chol, b = beta_precision_and_linear(Phi, targets[:, t], lam, C, v)
         mean = cho_solve_lower(chol, b)
@@ -135,14 +134,21 @@ def collapsed_log_marginal(Phi: np.ndarray, targets: np.ndarray, lams: list, C: 
         conditionals.append((mean, chol))
         if with_gradient:
             c = C * (1.0 + C / lam) * targets[:, t]
+            weight = C**2 / lam
             # A⁻¹ inverted in double precision, also for the float32 leapfrog forces: a float32
             # inverse lost all accuracy once a weight C²/λ_n neared 1e6 (relative error 2e3,
             # N = 500), while the double inverse of the float32 factor is as accurate as two
             # triangular solves (0.18 against 0.23 at 1e6, 2e-3 against 2.6e-3 at 1e4) and the
             # product Φ A⁻¹ took a quarter of the solves' time (N = 426 to 700, 81 features)
-            Phi_Ainv = Phi @ cho_inverse(chol).astype(Phi.dtype, copy=False)
-            grad += np.outer(c - C**2 * (Phi @ mean) / lam, mean)
-            grad -= C**2 * Phi_Ainv / lam[:, None]
+            term = Phi @ cho_inverse(chol).astype(Phi.dtype, copy=False)
+            # scaled and summed in place: three N × F temporaries fewer took 1.5 ms off each of
+            # Ω's gradients at N = 10 000 (about 10 ms a call; 4 % of a sweep)
+            term *= -weight[:, None]
+            term += np.outer(c - weight * (Phi @ mean), mean)
+            if grad is None:
+                grad = term
+            else:
+                grad += term
     return (total, conditionals, grad) if with_gradient else (total, conditionals)
 
 
