@@ -474,12 +474,11 @@ def _locations(idata, selected: xr.Dataset, names: list[str], labels: list[str])
         da = selected[v]
         group = "posterior" if v in idata.posterior else "sample_stats"
         dims = da.dims[2:]
-        coords = [da[d].values for d in dims]
+        # Python values whatever the dtype (nutpie's coordinates are object arrays of str)
+        coords = [da[d].values.tolist() for d in dims]
         for ix in np.ndindex(*da.shape[2:]):
             label = next(rows)
-            # .item() of a NumPy scalar; nutpie's traces carry object coordinates (plain str)
-            out[label] = (group, v, {d: getattr(c[i], "item", lambda x=c[i]: x)()
-                                     for d, c, i in zip(dims, coords, ix, strict=True)})
+            out[label] = (group, v, {d: c[i] for d, c, i in zip(dims, coords, ix, strict=True)})
     if next(rows, None) is not None:
         raise RuntimeError("ArviZ's summary has more rows than the judged quantities")
     return out
