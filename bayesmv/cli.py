@@ -45,11 +45,12 @@ __all__ = ["MAIN_CHAINS", "QUICK", "build_parser", "main", "parse_args", "run", 
 # this filter covers re-imports only; the import-time one must be filtered there.)
 _ARVIZ_REFACTOR = r"\s*ArviZ is undergoing a major refactor"
 
-#: settings of ``--quick``: a real fit in 50-60 s on two cores (seed 0: max R-hat of f and τ
-#: 1.011, min bulk ESS 371; with M = 50, seeds 0 and 1: 1.020 / 1.016, 292 / 200); 400 + 700
+#: settings of ``--quick``: a real fit in 50-60 s on two cores (seed 0, M = 30: max R-hat of f and
+#: τ 1.010, min bulk ESS 424; M = 40: 1.011, 371; M = 50, seeds 0 and 1: 1.020 / 1.016,
+#: 292 / 200); 400 + 700
 #: draws took 40-50 s but gave a min bulk ESS of 129 / 76 / 50 on seeds 0, 1, 2 (M = 50), and
 #: 150 + 150 gave R-hat 1.089 and ESS 20
-QUICK: dict[str, int | str] = {"draws": 1000, "tune": 500, "chains": 2, "n_frequencies": 40,
+QUICK: dict[str, int | str] = {"draws": 1000, "tune": 500, "chains": 2, "n_frequencies": 30,
                                "latent_dim": "auto"}
 _TUNED = tuple(QUICK)
 #: chains of the full run: R-hat compares chains, and Vehtari et al. (2021) ask for at least

@@ -413,3 +413,29 @@ def test_single_precision_forces_stay_accurate_at_large_augmented_weights():
                                     [lam.astype(np.float32)], 1.0, 1.0, with_gradient=True)[2]
     assert single.dtype == np.float32
     assert np.abs(single - exact).max() < 0.01 * np.abs(exact).max()
+
+
+def test_dp_mixture_prior_of_frequencies_matches_scipy_and_its_gradient(collapsed):
+    """The DP mixture's log density of Ω (as Ω's HMC evaluates it, constants once per
+    trajectory) against scipy's normal densities and logsumexp, and its gradient against
+    central finite differences."""
+    built, point, _, spec = collapsed
+    nat = spec.natural(point)
+    prior = spec.spectral.prior_logp_grad_form(nat)
+    rng = np.random.default_rng(5)
+    w, mu, s2 = nat["dp_weights"], nat["dp_mu"], nat["dp_sigma2"]
+
+    def reference(Omega):
+        comp = np.log(w)[None, :] + stats.norm.logpdf(
+            Omega[:, None, :], mu[None], np.sqrt(s2)[None]).sum(axis=2)
+        return logsumexp(comp, axis=1).sum()
+
+    for _ in range(3):
+        Omega = nat["Omega"] + rng.normal(scale=0.3, size=nat["Omega"].shape)
+        value, grad = prior(Omega)
+        assert value == pytest.approx(reference(Omega), rel=1e-12)
+        h = 1e-6
+        numeric = np.array([(reference(Omega + h * e) - reference(Omega - h * e)) / (2 * h)
+                            for e in np.eye(Omega.size).reshape(-1, *Omega.shape)])
+        np.testing.assert_allclose(grad.ravel(), numeric, rtol=1e-6, atol=1e-8)
+        assert spec.spectral.prior_logp_grad(Omega, nat)[0] == value

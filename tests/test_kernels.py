@@ -185,7 +185,7 @@ def test_coefficient_hmc_samples_the_hinge_posterior_of_beta_with_lambda_integra
     built, point, spec = one_dim_model
     nat = spec.natural(point)
     step = CoefficientHMC([built.model.rvs_to_values[built.model["beta"]]], spec,
-                          model=built.model, rng=np.random.default_rng(11))
+                          bandwidth=False, model=built.model, rng=np.random.default_rng(11))
     draws = _run(step, dict(point), "beta", 4000, 1)[:, 0, :]  # (4000, 5)
     Phi = _features(nat["H"], nat["Omega"])
     probe = _features(np.array([[0.3], [-1.2]]), nat["Omega"])
@@ -196,12 +196,19 @@ def test_coefficient_hmc_samples_the_hinge_posterior_of_beta_with_lambda_integra
     w /= w.sum()
     assert 1.0 / np.sum(w**2) > 10_000  # the importance sampler's own ESS (about 19 000)
 
+    chain = np.concatenate([draws, draws @ probe.T], axis=1)
+    reference = np.concatenate([prior, prior @ probe.T], axis=1)
+    _weighted_summaries_agree(chain, reference, w, min_ess=1000)
+
+
+def _weighted_summaries_agree(chain, reference, w, min_ess):
+    """Each column of ``chain`` (draws, k) against the self-normalised importance sample
+    ``reference`` (n, k) with weights w: mean, sd and 5/50/95 % quantiles within four combined
+    Monte-Carlo standard errors (the chain's MCSE and the reference's)."""
     def weighted_quantile(x, q):
         order = np.argsort(x)
         return np.interp(q, np.cumsum(w[order]) - 0.5 * w[order], x[order])
 
-    chain = np.concatenate([draws, draws @ probe.T], axis=1)
-    reference = np.concatenate([prior, prior @ probe.T], axis=1)
     for j in range(chain.shape[1]):
         x, ref = chain[:, j], reference[:, j]
         ds = az.convert_to_dataset({"x": x[None, :]})
@@ -214,9 +221,79 @@ def test_coefficient_hmc_samples_the_hinge_posterior_of_beta_with_lambda_integra
                       **{q: (np.quantile(x, q), weighted_quantile(ref, q),
                              float(az.mcse(ds, method="quantile", prob=q)["x"]))
                          for q in (0.05, 0.5, 0.95)}}
-        assert float(az.ess(ds)["x"]) > 1000, j
+        assert float(az.ess(ds)["x"]) > min_ess, j
         for name, (value, expected, se) in checks.items():
             assert abs(value - expected) < 4 * np.hypot(se, ref_se), (j, name, value, expected)
+
+
+def test_coefficient_hmc_with_bandwidth_samples_the_joint_along_the_scale_orbit(one_dim_model):
+    """With ``bandwidth=True`` the step moves β and the frequencies' log scale ℓ together:
+    ``(Ω, μ, σ²) = (e^ℓ Ω₀, e^ℓ μ₀, e^{2ℓ} σ₀²)`` from the chain's start.  A group move
+    (Liu & Sabatti 2000) leaves the joint invariant when ℓ follows, on the Haar measure dℓ,
+    the joint density at the moved point times the map's Jacobian ``e^{ℓ (M + K + 2K)}``
+    (M frequencies, K component means, K variances scaled by e^{2ℓ}).  Written here from
+    scipy's densities: β ~ N(0, I/v), the hinge, each frequency from the Gaussian mixture,
+    μ_k ~ N(0, σ²_k/κ₀), σ²_k ~ InvGamma(a₀, b₀).  The reference draws β from its prior and ℓ
+    from a wide normal and weights them (10⁶ draws); the chain's mean, sd and quantiles of
+    ℓ, each β and two decision values must agree within Monte-Carlo error."""
+    built, point, spec = one_dim_model
+    nat = spec.natural(point)
+    step = CoefficientHMC([built.model.rvs_to_values[built.model["beta"]]], spec,
+                          n_tune=300, model=built.model, rng=np.random.default_rng(13))
+    current = dict(point)
+    step.tune = True
+    for _ in range(300):
+        current, _ = step.step(current)
+    step.stop_tuning()
+    betas, scales = [], []
+    for _ in range(4000):
+        current, _ = step.step(current)
+        betas.append(current["beta"][0].copy())
+        scales.append(np.log(current["Omega"][0, 0] / nat["Omega"][0, 0]))
+    Omega0, mu0, sigma0 = nat["Omega"][:, 0], nat["dp_mu"][:, 0], nat["dp_sigma2"][:, 0]
+    # the other scaled quantities followed Ω exactly
+    last = spec.natural(current)
+    c = np.exp(scales[-1])
+    np.testing.assert_allclose(last["Omega"][:, 0], c * Omega0, rtol=1e-10)
+    np.testing.assert_allclose(last["dp_mu"][:, 0], c * mu0, rtol=1e-10)
+    np.testing.assert_allclose(last["dp_sigma2"][:, 0], c**2 * sigma0, rtol=1e-10)
+
+    sp, weights = spec.spectral, nat["dp_weights"]
+    M, K = len(Omega0), len(mu0)
+    rng = np.random.default_rng(14)
+    n = 1_000_000
+    beta = rng.normal(scale=nat["v"] ** -0.5, size=(n, 2 * M + 1))
+    proposal_sd = 0.6
+    ell = rng.normal(scale=proposal_sd, size=n)
+    cs = np.exp(ell)[:, None]
+    S = nat["H"][:, 0][None, :, None] * (cs * Omega0)[:, None, :]          # (n, N, M)
+    Phi_beta = (np.einsum("inm,im->in", np.cos(S), beta[:, :M])
+                + np.einsum("inm,im->in", np.sin(S), beta[:, M:2 * M])) / np.sqrt(M) \
+        + beta[:, [2 * M]]
+    log_w = _hinge(Phi_beta, spec.targets[:, 0], spec.C).sum(axis=1)
+    omega, mu, sigma2 = cs * Omega0, cs * mu0, cs**2 * sigma0
+    mixture = logsumexp(np.log(weights)[None, None, :] + stats.norm.logpdf(
+        omega[:, :, None], mu[:, None, :], np.sqrt(sigma2)[:, None, :]), axis=2)
+    log_w += mixture.sum(axis=1)
+    log_w += stats.norm.logpdf(mu, 0.0, np.sqrt(sigma2 / sp.kappa0)).sum(axis=1)
+    log_w += stats.invgamma.logpdf(sigma2, sp.a0, scale=sp.b0(1)).sum(axis=1)
+    log_w += (M + 3 * K) * ell - stats.norm.logpdf(ell, 0.0, proposal_sd)
+    w = np.exp(log_w - log_w.max())
+    w /= w.sum()
+    assert 1.0 / np.sum(w**2) > 3_000  # the importance sampler's own ESS (about 4 000)
+
+    probe = np.array([0.3, -1.2])
+    def decision(b, log_scale):
+        S = probe[None, :, None] * (np.exp(log_scale)[:, None] * Omega0)[:, None, :]
+        return (np.einsum("inm,im->in", np.cos(S), b[:, :M])
+                + np.einsum("inm,im->in", np.sin(S), b[:, M:2 * M])) / np.sqrt(M) \
+            + b[:, [2 * M]]
+
+    betas, scales = np.array(betas), np.array(scales)
+    chain = np.column_stack([scales, betas, decision(betas, scales)])
+    reference = np.column_stack([ell, beta, decision(beta, ell)])
+    assert np.std(scales) > 0.05  # the scale does move
+    _weighted_summaries_agree(chain, reference, w, min_ess=400)
 
 
 def _directional_ks_pvalue(draws, log_density, direction, half_width=8.0, n_grid=801):
@@ -233,6 +310,41 @@ def _directional_ks_pvalue(draws, log_density, direction, half_width=8.0, n_grid
     cdf = integrate.cumulative_trapezoid(marginal, s, initial=0)
     cdf /= cdf[-1]
     return stats.kstest(draws @ a, lambda x: np.interp(x, s, cdf)).pvalue
+
+
+def test_joint_coefficient_bandwidth_gradient_is_exact_and_its_float32_forces_follow_it():
+    """The joint (β, ℓ) target of a three-class model with a two-column latent: its float64
+    gradient against central finite differences of its own log density, and the float32
+    leapfrog forces (rearranged algebra, every task) against that gradient."""
+    from bayesmv.inference.gibbs import beta_precision_and_linear
+    from bayesmv.inference.hmc import CoefficientBandwidthTarget
+
+    rng = np.random.default_rng(3)
+    n = 30
+    X = [rng.normal(size=(n, 4)), rng.normal(size=(n, 3))]
+    y = np.arange(n) % 3
+    est = M3LAK(latent_dim=2, n_frequencies=5, view_latent_dim=1, n_components=3,
+                standardize=False)
+    built = est.build_model(X, y)
+    spec = HybridSpec.from_built(built)
+    point = built.initial_values(np.random.default_rng(4))
+    point["H"] = rng.normal(size=(n, 2))
+    point["beta"] = rng.normal(size=point["beta"].shape)
+    nat = spec.natural(point)
+    Phi = spec.features(nat["H"], nat["Omega"])
+    chols = [beta_precision_and_linear(Phi, spec.targets[:, t], np.full(n, 2.0), spec.C,
+                                       nat["v"])[0] for t in range(spec.targets.shape[1])]
+    target = CoefficientBandwidthTarget(spec, nat, chols, np.array([0.07, 0.2]))
+    x = target.to_x(nat["beta"]) + rng.normal(scale=0.05, size=target.to_x(nat["beta"]).shape)
+    logp, grad = target.logp_grad(x)
+    h = 1e-6
+    numeric = np.array([(target.logp_grad(x + h * e)[0] - target.logp_grad(x - h * e)[0])
+                        / (2 * h) for e in np.eye(len(x))])
+    # the hinge has kinks: no decision value sits within the steps' reach of one here
+    np.testing.assert_allclose(grad, numeric, rtol=1e-5, atol=1e-5 * np.abs(grad).max())
+    forces = target.logp_grad(x, np.float32)[1]
+    np.testing.assert_allclose(forces, grad, rtol=0, atol=1e-4 * np.abs(grad).max())
+    assert target.logp_grad(x, np.float32)[0] is None  # forces only: the energy is float64
 
 
 def test_latent_hmc_samples_the_exact_correlated_two_dim_row_conditional():

@@ -61,9 +61,9 @@ PRESETS = {
 #: the flat priors of each preset's graph (WideFlat stand-ins)
 WIDE_FLAT = {"MVML": ("A_chol", "g"), "MVLSVM": ("bias",), "RhoTMVRKM": ("b",)}
 #: dimension lengths the default parameters imply (M³LAK: m = 2, "auto" on views of 5 and 4,
-#: M = 40 frequencies, 2M + 1 features, K = 20 components; MVLSVM: all 60 rows as landmarks,
+#: M = 30 frequencies, 2M + 1 features, K = 20 components; MVLSVM: all 60 rows as landmarks,
 #: per view; MVM: z_v = [x_v; 1], rank 8)
-_M3LAK = {"latent": 2, "frequency": 40, "feature": 81}
+_M3LAK = {"latent": 2, "frequency": 30, "feature": 61}
 LENGTHS = {"M3LAK": {**_M3LAK, "component": 20}, "M3LAK-gaussian": _M3LAK,
            "MVLSVM": {"feature": 2 * N_SAMPLES}, "MVM": {"z_0": 6, "z_1": 5, "rank": 8},
            "MVM-logistic": {"z_0": 6, "z_1": 5, "rank": 8}}

@@ -19,6 +19,7 @@ density, its base measure is conjugate per dimension, and it costs K·m instead 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import pymc as pm
@@ -101,11 +102,24 @@ def diagonal_gaussian_component_logp(Omega: np.ndarray, mu: np.ndarray,
     ndarray of shape (M, K)
         ``log N(ω_j | μ_k, diag σ²_k)``; the mixture weights are not included.
     """
-    # the square expanded into three matrix products: no (M, K, m) temporary (the HMC step
-    # for Ω evaluates this, and its gradient, at every leapfrog step)
-    precision = 1.0 / sigma2
-    constant = np.sum(mu**2 * precision + np.log(2 * np.pi * sigma2), axis=1)
-    return -0.5 * ((Omega**2) @ precision.T - 2.0 * Omega @ (mu * precision).T + constant)
+    return DiagonalGaussians(mu, sigma2).logp(Omega)
+
+
+class DiagonalGaussians:
+    """K diagonal Gaussians ``N(μ_k, diag σ²_k)`` with their constants computed once: the HMC
+    step for Ω evaluates the mixture, and its gradient, at every leapfrog step."""
+
+    def __init__(self, mu: np.ndarray, sigma2: np.ndarray) -> None:
+        self.precision = 1.0 / sigma2
+        self.mean_precision = mu * self.precision
+        self.constant = -0.5 * np.sum(mu * self.mean_precision + np.log(2 * np.pi * sigma2),
+                                      axis=1)
+
+    def logp(self, Omega: np.ndarray) -> np.ndarray:
+        """``log N(ω_j | μ_k, diag σ²_k)``, (M, K)."""
+        # the square expanded into matrix products: no (M, K, m) temporary
+        return (Omega @ self.mean_precision.T - 0.5 * ((Omega**2) @ self.precision.T)
+                + self.constant)
 
 
 class DiagonalNormalMixtureRV(RandomVariable):
@@ -176,6 +190,25 @@ class DiagonalNormalMixture(pm.Continuous):
         return pt.logsumexp(comp + pt.log(weights), axis=-1)
 
 
+@dataclass(frozen=True)
+class ScaleRatio:
+    """``r(ℓ) = a ℓ + b (e^{2sℓ} - 1)`` per latent column: the form of a spectral density's log
+    ratio along the scale orbit ``Ω_{:d} → e^{ℓ_d} Ω_{:d}`` (its Jacobian included); calling it
+    gives ``(r(ℓ), r'(ℓ))``."""
+
+    a: float
+    b: np.ndarray
+    s: float
+
+    def __call__(self, log_c) -> tuple[np.ndarray, np.ndarray]:
+        log_c = np.asarray(log_c, dtype=float)
+        return self.a * log_c + self.b * (np.exp(2.0 * self.s * log_c) - 1.0), self.gradient(log_c)
+
+    def gradient(self, log_c: np.ndarray) -> np.ndarray:
+        """``r'(ℓ)`` alone (HMC's inner forces need no value)."""
+        return self.a + 2.0 * self.s * self.b * np.exp(2.0 * self.s * log_c)
+
+
 class GaussianSpectral(Component):
     """ω ~ N(0, s² I) with ``s = bandwidth / sqrt(m)``: an RBF kernel on the latent space.
 
@@ -199,8 +232,13 @@ class GaussianSpectral(Component):
         return {f"Omega{suffix}": self.scale(m) * rng.standard_normal((n_frequencies, m))}
 
     def prior_logp_grad(self, Omega: np.ndarray, draw: dict) -> tuple[float, np.ndarray]:
-        s2 = self.scale(Omega.shape[1]) ** 2
-        return -0.5 * float(np.sum(Omega**2)) / s2, -Omega / s2
+        """log p(Ω) (up to a constant) and its gradient."""
+        return self.prior_logp_grad_form(draw)(Omega)
+
+    def prior_logp_grad_form(self, draw: dict):
+        """:meth:`prior_logp_grad` as a function of Ω alone."""
+        s2 = self.scale(draw["Omega"].shape[1]) ** 2
+        return lambda Omega: (-0.5 * float(np.sum(Omega**2)) / s2, -Omega / s2)
 
     def prior_scale(self, draw: dict, m: int) -> np.ndarray:
         return np.full(m, self.scale(m))
@@ -212,12 +250,20 @@ class GaussianSpectral(Component):
         ``c`` is one number, or one per latent dimension (scaling Ω's columns); the log ratio
         is then one per column.
         """
-        Omega = draw["Omega"]
         c = np.asarray(c, dtype=float)
-        s2 = self.scale(Omega.shape[1]) ** 2
-        per_column = (-0.5 * (c**2 - 1.0) * np.sum(Omega**2, axis=0) / s2
-                      + Omega.shape[0] * np.log(c))
+        per_column = self.log_scale_ratio(draw, np.log(c))[0]
         return {}, per_column if c.ndim else float(np.sum(per_column))
+
+    def log_scale_ratio(self, draw: dict, log_c) -> tuple[np.ndarray, np.ndarray]:
+        """Per latent column, :meth:`rescale`'s log ratio at ``c = exp(log_c)`` and its
+        derivative in ``log_c``: ``-½(c² - 1) Σ_k ω_kd² / s² + M log c``."""
+        return self.log_scale_ratio_form(draw)(log_c)
+
+    def log_scale_ratio_form(self, draw: dict) -> ScaleRatio:
+        """:meth:`log_scale_ratio` as a function of ``log_c`` alone (its constants once)."""
+        Omega = draw["Omega"]
+        spread = np.sum(Omega**2, axis=0) / self.scale(Omega.shape[1]) ** 2
+        return ScaleRatio(float(Omega.shape[0]), -0.5 * spread, 1.0)
 
 
 class DPMixtureSpectral(Component):
@@ -296,14 +342,24 @@ class DPMixtureSpectral(Component):
         return stick_breaking_weights(expit(draw["dp_sticks_logodds__"]))
 
     def prior_logp_grad(self, Omega: np.ndarray, draw: dict) -> tuple[float, np.ndarray]:
-        weights = self.weights_from_draw(draw)
-        mu, sigma2 = draw["dp_mu"], draw["dp_sigma2"]
-        comp = diagonal_gaussian_component_logp(Omega, mu, sigma2) + np.log(weights)
-        total = logsumexp(comp, axis=1, keepdims=True)
-        resp = np.exp(comp - total)  # (M, K)
-        # -Σ_k resp_jk (ω_j - μ_k) / σ²_k, as two matrix products
-        grad = resp @ (mu / sigma2) - Omega * (resp @ (1.0 / sigma2))
-        return float(total.sum()), grad
+        """log p(Ω | π, μ, σ²) (the mixture, up to a constant) and its gradient."""
+        return self.prior_logp_grad_form(draw)(Omega)
+
+    def prior_logp_grad_form(self, draw: dict):
+        """:meth:`prior_logp_grad` as a function of Ω alone, the components' constants
+        computed once (an HMC trajectory for Ω evaluates it at every leapfrog step)."""
+        components = DiagonalGaussians(draw["dp_mu"], draw["dp_sigma2"])
+        log_weights = np.log(self.weights_from_draw(draw))
+
+        def logp_grad(Omega: np.ndarray) -> tuple[float, np.ndarray]:
+            comp = components.logp(Omega) + log_weights
+            total = logsumexp(comp, axis=1, keepdims=True)
+            resp = np.exp(comp - total)  # (M, K)
+            # -Σ_k resp_jk (ω_j - μ_k) / σ²_k, as two matrix products
+            grad = resp @ components.mean_precision - Omega * (resp @ components.precision)
+            return float(total.sum()), grad
+
+        return logp_grad
 
     def rescale(self, draw: dict, c) -> tuple[dict, float | np.ndarray]:
         """Joint move (Ω, μ, σ²) → (cΩ, cμ, c²σ²): new (μ, σ²) and log[prior ratio × Jacobian].
@@ -316,10 +372,20 @@ class DPMixtureSpectral(Component):
         """
         c = np.asarray(c, dtype=float)
         sigma2 = draw["dp_sigma2"]
-        per_column = np.sum(-2.0 * self.a0 * np.log(c)
-                            - self.b0(sigma2.shape[1]) * (c**-2 - 1.0) / sigma2, axis=0)
+        per_column = self.log_scale_ratio(draw, np.log(c))[0]
         updates = {"dp_mu": c * draw["dp_mu"], "dp_sigma2": c**2 * sigma2}
         return updates, per_column if c.ndim else float(np.sum(per_column))
+
+    def log_scale_ratio(self, draw: dict, log_c) -> tuple[np.ndarray, np.ndarray]:
+        """Per latent column d, :meth:`rescale`'s log ratio at ``c = exp(log_c)`` and its
+        derivative in ``log_c``: ``Σ_k [-2 a₀ log c - b₀ (c⁻² - 1) / σ²_kd]``."""
+        return self.log_scale_ratio_form(draw)(log_c)
+
+    def log_scale_ratio_form(self, draw: dict) -> ScaleRatio:
+        """:meth:`log_scale_ratio` as a function of ``log_c`` alone (its constants once)."""
+        sigma2 = draw["dp_sigma2"]
+        K, m = sigma2.shape
+        return ScaleRatio(-2.0 * self.a0 * K, -self.b0(m) * np.sum(1.0 / sigma2, axis=0), -1.0)
 
     def prior_scale(self, draw: dict, m: int) -> np.ndarray:
         """Per-dimension standard deviation of the current mixture (a mass-matrix scale)."""

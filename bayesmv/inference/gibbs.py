@@ -161,8 +161,8 @@ def sample_lambdas(spec, Phi: np.ndarray, beta: np.ndarray,
 
 
 class BetaLambdaGibbs(GibbsBlockStep):
-    """λ | f, then a joint rescaling of the frequencies with β integrated out, then β | λ, then
-    v | β when v is learned.
+    """λ | f, then (with ``rescale``) a joint rescaling of the frequencies with β integrated
+    out, then β | λ, then v | β when v is learned.
 
     The rescaling ``(Ω, μ, σ²) → (cΩ, cμ, c²σ²)`` (a group move on log c, Liu & Sabatti 2000)
     changes the kernel's bandwidth.  With β held fixed it could barely move (every f
@@ -173,8 +173,9 @@ class BetaLambdaGibbs(GibbsBlockStep):
 
     stats_dtypes_shapes = {"mean_lambda": (float, []), "scale_accept": (float, [])}
 
-    def __init__(self, vars, spec, **kwargs):
+    def __init__(self, vars, spec, rescale: bool = True, **kwargs):
         super().__init__(vars, spec, **kwargs)
+        self.rescale = rescale
         self.reset_scale()
 
     def reset_scale(self):
@@ -192,19 +193,21 @@ class BetaLambdaGibbs(GibbsBlockStep):
         lams = sample_lambdas(s, Phi, nat["beta"], self.rng)
         logm, conditionals = collapsed_log_marginal(Phi, s.targets, lams, s.C, nat["v"])
         new = dict(point)
-        c = float(np.exp(self.rng.normal(0.0, np.exp(self.log_scale_sd))))
-        log_prior_jac = s.spectral.rescale(nat, c)[1]
-        logm_c, conditionals_c = collapsed_log_marginal(
-            s.features(H, c * Omega), s.targets, lams, s.C, nat["v"])
-        log_ratio = logm_c - logm + log_prior_jac
-        accepted = bool(np.log(self.rng.uniform()) < log_ratio)
-        if accepted:
-            conditionals = conditionals_c
-            new = s.scaled_frequencies(new, nat, c)
-        if self.tune:  # Robbins–Monro towards the 1-D optimum acceptance 0.44
-            rate = float(np.exp(min(log_ratio, 0.0)))
-            self.iteration += 1
-            self.log_scale_sd += (rate - 0.44) / np.sqrt(self.iteration)
+        accepted = False
+        if self.rescale:
+            c = float(np.exp(self.rng.normal(0.0, np.exp(self.log_scale_sd))))
+            log_prior_jac = s.spectral.rescale(nat, c)[1]
+            logm_c, conditionals_c = collapsed_log_marginal(
+                s.features(H, c * Omega), s.targets, lams, s.C, nat["v"])
+            log_ratio = logm_c - logm + log_prior_jac
+            accepted = bool(np.log(self.rng.uniform()) < log_ratio)
+            if accepted:
+                conditionals = conditionals_c
+                new = s.scaled_frequencies(new, nat, c)
+            if self.tune:  # Robbins–Monro towards the 1-D optimum acceptance 0.44
+                rate = float(np.exp(min(log_ratio, 0.0)))
+                self.iteration += 1
+                self.log_scale_sd += (rate - 0.44) / np.sqrt(self.iteration)
         beta = np.array([draw_gaussian_from_precision(mean, chol, self.rng)
                          for mean, chol in conditionals])
         new["beta"] = beta

@@ -68,18 +68,16 @@ class M3LAK(BaseMultiViewClassifier):
         (on the digits K = 5 gave a smallest ESS of f of 111-781 over three seeds where K = 1
         gave 509-944, at the same accuracy).
         ``latent_dims_`` holds the fitted choice.
-    n_frequencies : int, default 40
+    n_frequencies : int, default 30
         Number of random frequencies M (2M + 1 features with the bias).  The paper's is
         M = 100 (with m = 20); m = 10, M = 50 cost about a third per sweep and mixed better per
-        sweep.  M = 40 (chosen on tuning seed 11, then measured on seeds 0-2 of the README
-        split, 4 chains of 500 + 2000 on 2 cores) took 113-148 s a fit with f's max R-hat
-        1.0049-1.0065, min bulk ESS 1231-2130 and τ's ≥ 1533, where M = 50 took 158-186 s
-        with 1.0054-1.0132 and 412-1502, at the same test accuracy (0.990).  On the tasks
-        of ``benchmarks/accuracy.py`` (two splits, 2 × 300 draws) accuracy moved by at most
-        two test rows either way (xor and breast cancer up, quadratic and circle down) and
-        the Brier score by at most 4 % (14 % on the 3 vs 5, whose views also lost a constant
-        column).  A larger M gives a richer kernel at a higher cost
-        per effective draw.
+        sweep.  M = 30 with the sampler's joint move of β and each latent column's bandwidth
+        (chosen on tuning seeds 11 and 12, 4 chains of 500 + 2000 on 2 cores): on the README
+        split 125 s a fit and f's min bulk ESS 2170, against M = 40's 145-169 s and 515-1513;
+        on scikit-learn's breast cancer as three views 114-120 s and 720-892, against
+        134-149 s and 89-536.  M = 20 was faster still but on breast cancer one chain
+        switched a second latent column on and off (f's min ESS 62-125).  A larger M gives a
+        richer kernel at a higher cost per effective draw.
     C : float, default 1.0
         Hinge regularisation constant.
     inference : {"hybrid", "nuts"}, default "hybrid"
@@ -175,7 +173,7 @@ class M3LAK(BaseMultiViewClassifier):
     def __init__(
         self,
         latent_dim: int | str = "auto",
-        n_frequencies: int = 40,
+        n_frequencies: int = 30,
         C: float = 1.0,
         inference: str = "hybrid",
         draws: int = 2000,
