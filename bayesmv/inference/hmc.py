@@ -645,11 +645,12 @@ class CoefficientHMC(_HMCStep):
         beta0 = nat["beta"]
         if self.tune:
             # E[λ_n | f] = 1 + C|1 - y f| (λ ~ GIG(1/2, 1, a²)), averaged over tuning
-            margin = 1.0 - s.targets * (Phi @ beta0.T)
-            self._lam_sum = self._lam_sum + 1.0 + s.C * np.abs(margin)
+            excess = s.C * np.abs(1.0 - s.targets * (Phi @ beta0.T))
+            # summed as (sum + 1) + excess, as before: the same rounding, the same chains
+            self._lam_sum = self._lam_sum + 1.0 + excess
             self._lam_count += 1
             if self.bandwidth:
-                self._adapt_log_scale(nat, 1.0 + s.C * np.abs(margin))
+                self._adapt_log_scale(nat, 1.0 + excess)
         lam_bar = (self._lam_sum / self._lam_count if self._lam_count
                    else np.ones_like(s.targets, dtype=float))
         v = nat["v"]
