@@ -589,9 +589,7 @@ class CoefficientHMC(_HMCStep):
     4 chains of 500 + 2000, M = 30) f's smallest bulk ESS was 720 and 892 in 120 and 114 s,
     against 89-536 in 134-149 s for β alone at M = 40; on the digits 3 vs 5 (seed 11)
     2170 in 125 s against 515-1513.  Its scale comes from the curvature over the tuning
-    window (:meth:`_adapt_log_scale`; 0.05 before), frozen after tuning, and β's whitening
-    is then computed at a point of Ω's orbit the move does not change
-    (:meth:`orbit_reference`), so the move and its reverse run under one metric.
+    window (:meth:`_adapt_log_scale`; 0.05 before), frozen after tuning.
     """
 
     # the hinge is flat beyond the margin, so the posterior is wider than A⁻¹ there: three
@@ -609,9 +607,8 @@ class CoefficientHMC(_HMCStep):
 
     def _reset_weights(self):
         self._lam_sum, self._lam_count = 0.0, 0
-        self.iteration, self._curvature, self._log_norms = 0, [], []
+        self.iteration, self._curvature = 0, []
         self.log_scale_sd = np.full(self.spec.latent_dim, self.initial_log_scale_sd)
-        self.reference_norms = None
 
     def reset_tuning(self):
         super().reset_tuning()
@@ -636,47 +633,17 @@ class CoefficientHMC(_HMCStep):
             prior = s.spectral.log_scale_ratio(nat, np.full(Omega.shape[1], h))[1]
             prior -= s.spectral.log_scale_ratio(nat, np.full(Omega.shape[1], -h))[1]
             self._curvature.append(curvature - prior / (2.0 * h))
-            self._log_norms.append(np.log(np.linalg.norm(Omega, axis=0)))
         elif self.iteration == stop and len(self._curvature) >= 10:
             sd = np.mean(self._curvature, axis=0) ** -0.5
             self.log_scale_sd = np.clip(sd, *self.log_scale_sd_range)
-            self.reference_norms = np.exp(np.mean(self._log_norms, axis=0))
             self.adapt = DualAveraging(self.adapt.step_size(True), self.adapt.target)
         self.iteration += 1
 
-    def orbit_reference(self, Omega: np.ndarray) -> np.ndarray:
-        """The point of Ω's orbit under this move (its columns rescaled) with the column
-        norms frozen at the end of adaptation, where β's whitening is computed.
-
-        An HMC mass matrix may depend on what the move holds fixed, never on what it moves:
-        whitened at the current Ω, the reverse of a move from Ω₀ to Ω₀ diag(c) would run
-        under another metric than the move itself, and the chain would not keep the joint
-        invariant.  The orbit (Ω up to its columns' scales) is what this move holds fixed.
-        """
-        norms = np.linalg.norm(Omega, axis=0)
-        if self.reference_norms is None:  # no adaptation window (tune = 0): the first point's
-            self.reference_norms = norms
-        return Omega * (self.reference_norms / norms)
-
-    def whitening(self, nat: dict) -> list:
-        """Cholesky factors of each task's augmented precision ``A_t`` at the tuning-average
-        λ̄: at the current Ω for β alone (which holds Ω fixed), at :meth:`orbit_reference`
-        once adapted when the bandwidth moves too."""
-        s = self.spec
-        Omega = nat["Omega"]
-        if self.bandwidth and not self.tune:
-            Omega = self.orbit_reference(Omega)
-        Phi = s.features(nat["H"], Omega)
-        lam_bar = (self._lam_sum / self._lam_count if self._lam_count
-                   else np.ones_like(s.targets, dtype=float))
-        return [beta_precision_and_linear(Phi, s.targets[:, t], lam_bar[:, t], s.C, nat["v"])[0]
-                for t in range(s.targets.shape[1])]
-
     def step(self, point):
         s, nat = self.spec, self.spec.natural(point)
+        Phi = s.features(nat["H"], nat["Omega"])
         beta0 = nat["beta"]
         if self.tune:
-            Phi = s.features(nat["H"], nat["Omega"])
             # E[λ_n | f] = 1 + C|1 - y f| (λ ~ GIG(1/2, 1, a²)), averaged over tuning
             excess = s.C * np.abs(1.0 - s.targets * (Phi @ beta0.T))
             # summed as (sum + 1) + excess, as before: the same rounding, the same chains
@@ -684,11 +651,14 @@ class CoefficientHMC(_HMCStep):
             self._lam_count += 1
             if self.bandwidth:
                 self._adapt_log_scale(nat, 1.0 + excess)
-        chols = self.whitening(nat)
+        lam_bar = (self._lam_sum / self._lam_count if self._lam_count
+                   else np.ones_like(s.targets, dtype=float))
+        v = nat["v"]
+        chols = [beta_precision_and_linear(Phi, s.targets[:, t], lam_bar[:, t], s.C, v)[0]
+                 for t in range(s.targets.shape[1])]
         new = dict(point)
         if not self.bandwidth:
-            target = CoefficientTarget(s.features(nat["H"], nat["Omega"]), s.targets, s.C,
-                                       nat["v"], chols)
+            target = CoefficientTarget(Phi, s.targets, s.C, v, chols)
             xi, accepted, stats = self._transition(target, target.to_xi(beta0))
             if accepted:
                 new["beta"] = target.to_beta(xi)
