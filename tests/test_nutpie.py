@@ -37,8 +37,8 @@ def test_nutpie_statistics_take_pymcs_names():
     lambda: MVM(inference="nuts", nuts_sampler="nutpie", draws=100, tune=100, chains=2,
                 random_seed=0),
     # NUTS on M3LAK's whole joint (hinge kink, DP mixture, rotating latents) needs long
-    # tuning; from 50 tuning draws, chains on the weaker signal below reach a training
-    # accuracy of 0.56-0.90 by seed, which is why the hybrid Gibbs + HMC sweep is its default
+    # tuning: with view means shifted by 1 instead of the 2 below, 100 + 100 draws gave a
+    # training accuracy of 0.56-0.90 by seed; the hybrid Gibbs + HMC sweep is its default
     lambda: M3LAK(inference="nuts", nuts_sampler="nutpie", draws=50, tune=100, chains=2,
                   random_seed=0),
 ], ids=["composed", "MVM", "M3LAK"])
