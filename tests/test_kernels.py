@@ -296,6 +296,53 @@ def test_coefficient_hmc_with_bandwidth_samples_the_joint_along_the_scale_orbit(
     _weighted_summaries_agree(chain, reference, w, min_ess=400)
 
 
+class _FixedNormals:
+    """A stand-in generator whose ``standard_normal`` returns given values."""
+
+    def __init__(self, values):
+        self.values = np.asarray(values, dtype=float)
+
+    def standard_normal(self, shape):
+        return self.values.reshape(shape)
+
+
+def test_coefficient_hmc_metric_depends_on_the_reference_not_on_the_moved_bandwidth(
+        one_dim_model):
+    """The joint move rescales Ω's columns, so β's metric must not depend on their norms:
+    two states on one orbit (Ω and cΩ with μ, σ² moved alike) that draw the same absolute
+    reference (offsets δ and δ - log c) get identical whitening factors, and the reference's
+    density ``N(δ; ℓ, sd²)`` enters the target so that the pair (state, reference) is what
+    the trajectory samples.  Whitened at the current Ω instead, the factors would differ by
+    the bandwidth change."""
+    built, point, spec = one_dim_model
+    step = CoefficientHMC([built.model.rvs_to_values[built.model["beta"]]], spec,
+                          model=built.model, rng=np.random.default_rng(0))
+    step._lam_sum, step._lam_count = np.full(spec.targets.shape, 3.0), 1
+    nat = spec.natural(point)
+    c = 1.7
+    moved = spec.natural(spec.scaled_frequencies(dict(point), nat, c))
+    sd = step.reference_sd_factor * step.log_scale_sd
+    eps = np.array([0.4])
+    step.rng = _FixedNormals(eps)
+    chols, (offset, ref_sd) = step.reference_whitening(nat)
+    step.rng = _FixedNormals(eps - np.log(c) / sd)
+    chols_moved, (offset_moved, _) = step.reference_whitening(moved)
+    np.testing.assert_allclose(offset_moved, offset - np.log(c))
+    np.testing.assert_allclose(chols_moved[0], chols[0], rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(ref_sd, sd)
+    # at the current Ω the factors would differ: the test can tell the two apart
+    at_current = step._whitening(spec.features(moved["H"], moved["Omega"]), moved["v"])
+    assert np.abs(at_current[0] - chols[0]).max() > 1e-3
+    # the target carries the reference's density in ℓ: log N(δ; ℓ, sd²) up to a constant
+    from bayesmv.inference.hmc import CoefficientBandwidthTarget
+    target = CoefficientBandwidthTarget(spec, nat, chols, step.log_scale_sd, (offset, ref_sd))
+    plain = CoefficientBandwidthTarget(spec, nat, chols, step.log_scale_sd)
+    x = target.to_x(nat["beta"])
+    x[-1] = 0.3 / step.log_scale_sd[0]  # ℓ = 0.3
+    expected = stats.norm.logpdf(offset[0], 0.3, ref_sd[0]) - stats.norm.logpdf(0, 0, ref_sd[0])
+    assert target.logp_grad(x)[0] - plain.logp_grad(x)[0] == pytest.approx(expected, abs=1e-9)
+
+
 def _directional_ks_pvalue(draws, log_density, direction, half_width=8.0, n_grid=801):
     """KS p-value of the projections ``draws @ direction`` against the projection of a 2-D
     density: on a grid rotated so that its first axis is ``direction`` (unit Jacobian), the

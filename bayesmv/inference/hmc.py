@@ -496,11 +496,14 @@ class CoefficientBandwidthTarget:
     #: float32 trigonometry and products for the inner leapfrog forces (see hinge_terms)
     force_dtype = np.float32
 
-    def __init__(self, spec, nat: dict, chols: list, log_scale_sd: np.ndarray) -> None:
+    def __init__(self, spec, nat: dict, chols: list, log_scale_sd: np.ndarray,
+                 reference: tuple[np.ndarray, np.ndarray] | None = None) -> None:
         self.spec, self.nat = spec, nat
         self.H, self.Omega0 = nat["H"], nat["Omega"]
         self.whitened = WhitenedCoefficients(chols, nat["v"])
         self.log_scale_sd = log_scale_sd
+        # the reference's log density in ℓ (see CoefficientHMC): N(δ; ℓ, sd²) for the offset δ
+        self.reference = reference
         # the inner forces' constants in float32, once per step (see _forces)
         f32 = np.float32
         self._H32, self._Omega32 = self.H.astype(f32), self.Omega0.astype(f32)
@@ -531,12 +534,21 @@ class CoefficientBandwidthTarget:
         logl, dS, d_beta = hinge_terms_of_phases(cos, sin, beta, self.spec.targets,
                                                  self.spec.C, with_beta_gradient=True)
         ratio, ratio_grad = self._scale_ratio(log_c)
+        reference, reference_grad = self._reference(log_c)
         logp, grad_xi = self.whitened.prior(xi)
-        logp += float(np.sum(logl)) + float(np.sum(ratio))
+        logp += float(np.sum(logl)) + float(np.sum(ratio)) + reference
         grad_xi += self.whitened.pullback(d_beta)
         # S = H diag(c) Ω₀ᵀ: ∂/∂ℓ_d = Σ_nk ∂/∂S_nk h_nd Ω_kd
-        grad_log_c = np.sum(self.H * (dS @ Omega), axis=0) + ratio_grad
+        grad_log_c = np.sum(self.H * (dS @ Omega), axis=0) + ratio_grad + reference_grad
         return logp, np.concatenate([grad_xi.ravel(), grad_log_c * self.log_scale_sd])
+
+    def _reference(self, log_c: np.ndarray) -> tuple[float, np.ndarray]:
+        """log N(δ; ℓ, sd²) summed over the columns (up to a constant) and its gradient."""
+        if self.reference is None:
+            return 0.0, np.zeros_like(log_c)
+        offset, sd = self.reference
+        z = (log_c - offset) / sd
+        return -0.5 * float(z @ z), -z / sd
 
     def _forces(self, x: np.ndarray) -> np.ndarray:
         """The gradient alone, in float32 with the step's constants: the leapfrog's inner
@@ -562,7 +574,7 @@ class CoefficientBandwidthTarget:
                                     Gf.sum(axis=0)[:, None]], axis=1)
         grad_xi = (np.matmul(self._Linv32, grad_beta[:, :, None])
                    - np.matmul(self._prior32, xi[:, :, None]))[..., 0]
-        grad_log_c = self._scale_ratio.gradient(log_c)
+        grad_log_c = self._scale_ratio.gradient(log_c) + self._reference(log_c)[1]
         for t in range(T):  # ∂f_t/∂S_nk = cos·bs - sin·bc; ∂S_nk/∂ℓ_d = h_nd Ω_kd
             weighted = self._H32T * Gf[:, t]
             grad_log_c += np.einsum("dk,kd->d", (weighted @ cos) * bs[t]
@@ -590,6 +602,18 @@ class CoefficientHMC(_HMCStep):
     against 89-536 in 134-149 s for β alone at M = 40; on the digits 3 vs 5 (seed 11)
     2170 in 125 s against 515-1513.  Its scale comes from the curvature over the tuning
     window (:meth:`_adapt_log_scale`; 0.05 before), frozen after tuning.
+
+    β's metric may not depend on what the trajectory moves: whitened at the current Ω, a move
+    from Ω₀ to Ω₀ diag(c) and its reverse would run under two metrics and the chain would
+    not keep the joint invariant.  Each step therefore first draws an auxiliary reference,
+    log bandwidths ``log ‖Ω_{:d}‖ + δ_d`` with ``δ_d ~ N(0, sd_d²)``, and whitens β at Ω's
+    columns rescaled to them: a point that depends on Ω only through its orbit (its columns'
+    directions), the same for the move and its reverse.  The trajectory then samples the
+    joint of the state and the reference, whose density in ℓ gains the factor
+    ``N(δ_d; ℓ_d, sd_d²)`` (:class:`CoefficientBandwidthTarget`); the reference is drawn
+    afresh, from its exact conditional, at the next step.  ``sd`` is ``reference_sd_factor``
+    times the coordinates' scale: near the current point, so the metric still fits, and
+    wide enough not to hold ℓ back.
     """
 
     # the hinge is flat beyond the margin, so the posterior is wider than A⁻¹ there: three
@@ -598,6 +622,8 @@ class CoefficientHMC(_HMCStep):
     quarter_periods = 3.0
     #: the log-bandwidth coordinates' scale before it is adapted, and its adapted range
     initial_log_scale_sd, log_scale_sd_range = 0.05, (1e-3, 0.3)
+    #: the auxiliary reference's sd in log bandwidth, in units of the coordinates' scale
+    reference_sd_factor = 3.0
 
     def __init__(self, vars, spec, max_steps: int = 64, n_tune: int = 0,
                  bandwidth: bool = True, **kwargs):
@@ -639,11 +665,29 @@ class CoefficientHMC(_HMCStep):
             self.adapt = DualAveraging(self.adapt.step_size(True), self.adapt.target)
         self.iteration += 1
 
+    def _whitening(self, Phi: np.ndarray, v) -> list:
+        """Cholesky factors of each task's augmented precision ``A_t`` at features Φ and the
+        tuning-average λ̄."""
+        s = self.spec
+        lam_bar = (self._lam_sum / self._lam_count if self._lam_count
+                   else np.ones_like(s.targets, dtype=float))
+        return [beta_precision_and_linear(Phi, s.targets[:, t], lam_bar[:, t], s.C, v)[0]
+                for t in range(s.targets.shape[1])]
+
+    def reference_whitening(self, nat: dict) -> tuple[list, tuple[np.ndarray, np.ndarray]]:
+        """Draw the auxiliary reference, log bandwidths ``log ‖Ω_{:d}‖ + δ_d`` with
+        ``δ_d ~ N(0, sd_d²)``, and whiten β at Ω's columns rescaled to them: the Cholesky
+        factors and ``(δ, sd)``.  The factors depend on Ω only through its orbit."""
+        sd = self.reference_sd_factor * self.log_scale_sd
+        offset = sd * self.rng.standard_normal(sd.shape)
+        Phi = self.spec.features(nat["H"], nat["Omega"] * np.exp(offset))
+        return self._whitening(Phi, nat["v"]), (offset, sd)
+
     def step(self, point):
         s, nat = self.spec, self.spec.natural(point)
-        Phi = s.features(nat["H"], nat["Omega"])
         beta0 = nat["beta"]
         if self.tune:
+            Phi = s.features(nat["H"], nat["Omega"])
             # E[λ_n | f] = 1 + C|1 - y f| (λ ~ GIG(1/2, 1, a²)), averaged over tuning
             excess = s.C * np.abs(1.0 - s.targets * (Phi @ beta0.T))
             # summed as (sum + 1) + excess, as before: the same rounding, the same chains
@@ -651,19 +695,17 @@ class CoefficientHMC(_HMCStep):
             self._lam_count += 1
             if self.bandwidth:
                 self._adapt_log_scale(nat, 1.0 + excess)
-        lam_bar = (self._lam_sum / self._lam_count if self._lam_count
-                   else np.ones_like(s.targets, dtype=float))
-        v = nat["v"]
-        chols = [beta_precision_and_linear(Phi, s.targets[:, t], lam_bar[:, t], s.C, v)[0]
-                 for t in range(s.targets.shape[1])]
         new = dict(point)
         if not self.bandwidth:
-            target = CoefficientTarget(Phi, s.targets, s.C, v, chols)
+            Phi = s.features(nat["H"], nat["Omega"])
+            chols = self._whitening(Phi, nat["v"])
+            target = CoefficientTarget(Phi, s.targets, s.C, nat["v"], chols)
             xi, accepted, stats = self._transition(target, target.to_xi(beta0))
             if accepted:
                 new["beta"] = target.to_beta(xi)
             return new, [stats]
-        target = CoefficientBandwidthTarget(s, nat, chols, self.log_scale_sd)
+        chols, reference = self.reference_whitening(nat)
+        target = CoefficientBandwidthTarget(s, nat, chols, self.log_scale_sd, reference)
         x, accepted, stats = self._transition(target, target.to_x(beta0))
         if accepted:
             beta, log_c = target.split(x)
