@@ -491,6 +491,9 @@ class CoefficientBandwidthTarget:
     pinned (every decision value is, to within ``√λ_n / C``); under the hinge a decision value
     beyond the margin is free, and β follows the bandwidth in the same trajectory.  β is
     whitened as in :class:`CoefficientTarget`, ℓ scaled by ``log_scale_sd``.
+
+    With ``reference = (δ, sd)`` the density gains ``Π_d N(δ_d; ℓ_d, sd_d²)``, the
+    conditional of the auxiliary reference at which :class:`CoefficientHMC` whitened β.
     """
 
     #: float32 trigonometry and products for the inner leapfrog forces (see hinge_terms)
