@@ -12,6 +12,7 @@ from bayesmv import M3LAK
 from bayesmv.components.features import fourier_features
 from bayesmv.datasets import make_lvm_classification
 from bayesmv.inference.gibbs import (
+    LatentVariableGibbs,
     ard_conditional,
     beta_conditional,
     collapsed_log_marginal,
@@ -20,6 +21,7 @@ from bayesmv.inference.gibbs import (
     nig_conditional,
     noise_conditional,
     noise_log_density_without_view_latent,
+    residual_square_norm,
     sample_lambda,
     stick_conditional,
     view_latent_conditional,
@@ -439,3 +441,32 @@ def test_dp_mixture_prior_of_frequencies_matches_scipy_and_its_gradient(collapse
                             for e in np.eye(Omega.size).reshape(-1, *Omega.shape)])
         np.testing.assert_allclose(grad.ravel(), numeric, rtol=1e-6, atol=1e-8)
         assert spec.spectral.prior_logp_grad(Omega, nat)[0] == value
+
+
+@pytest.mark.parametrize("explained", [False, True])
+def test_view_residual_statistics_equal_the_ones_of_the_formed_residual(explained):
+    """The factor model's Gibbs step reads E = X - H Wᵀ and the final residual
+    X - [H U][W V]ᵀ through cross products (no n × D residual): each statistic equals its
+    direct computation, also for a view the latents explain to 1e-9 (cancellation: the
+    direct fallback)."""
+    rng = np.random.default_rng(11)
+    n, D, m, K = 300, 12, 3, 1
+    H, W, V, U = (rng.normal(size=s) for s in [(n, m), (D, m), (D, K), (n, K)])
+    X = H @ W.T + (1e-9 if explained else 1.0) * rng.normal(size=(n, D))
+    sq = float(np.sum(X**2))
+    (sq_norm, EQ, sv, width), EV, HtX, HtH = LatentVariableGibbs._residual_statistics(
+        X, H, W, V, sq)
+    E = X - H @ W.T
+    Q, sv_ref, _ = np.linalg.svd(V, full_matrices=False)
+    np.testing.assert_allclose(sq_norm, np.sum(E**2), rtol=1e-10)
+    np.testing.assert_allclose(np.abs(EQ), np.abs(E @ Q), rtol=1e-8, atol=1e-12)
+    np.testing.assert_allclose(EV, E @ V, rtol=1e-8, atol=1e-12)
+    np.testing.assert_allclose(sv, sv_ref)
+    assert width == D
+    np.testing.assert_allclose(HtX, H.T @ X)
+    Z, B = np.concatenate([H, U], axis=1), rng.normal(size=(D, m + K))
+    if explained:
+        B[:, :m] = W
+        B[:, m:] = 0.0
+    got = residual_square_norm(X, Z, B, sq, Z.T @ X, Z.T @ Z)
+    np.testing.assert_allclose(got, np.sum((X - Z @ B.T) ** 2), rtol=1e-10)

@@ -219,23 +219,42 @@ class BetaLambdaGibbs(GibbsBlockStep):
                       "scale_accept": float(accepted)}]
 
 
-def view_latent_conditional(resid, V, tau) -> tuple[np.ndarray, np.ndarray]:
-    """U | H, W, V, τ (paper eq. 10) from the residuals ``X - H Wᵀ`` of the observed rows:
-    per-row means (K, n) and the shared precision's Cholesky factor."""
+def view_latent_conditional(resid, V, tau, resid_V=None) -> tuple[np.ndarray, np.ndarray]:
+    """U | H, W, V, τ (paper eq. 10) from the residuals ``E = X - H Wᵀ`` of the observed rows
+    (or only their product ``E V``, ``resid_V``): per-row means (K, n) and the shared
+    precision's Cholesky factor."""
     chol = weighted_gram_cholesky(V, np.full(V.shape[0], tau), 1.0)
-    return cho_solve_lower(chol, tau * V.T @ resid.T), chol
+    EV = resid @ V if resid_V is None else resid_V
+    return cho_solve_lower(chol, tau * EV.T), chol
 
 
-def loadings_conditional(Xo, Ho, U, r, eta, tau) -> tuple[np.ndarray, np.ndarray]:
+def loadings_conditional(Xo, Ho, U, r, eta, tau, ZtX=None) -> tuple[np.ndarray, np.ndarray]:
     """Rows of [W V] | H, U, τ, r: means ((m+K), D) and the shared precision's Cholesky.
 
     Row d is ``[w_d; v_d] ~ N(Q⁻¹ τ Zᵀ x_{:,d}, Q⁻¹)`` with ``Z = [H U]`` and
     ``Q = diag(r, η·1) + τ ZᵀZ`` — the paper's eqs. 11–12 drawn jointly instead of by columns.
+    ``ZtX``: ``Zᵀ Xo`` when the caller has it.
     """
     K = U.shape[1]
     Z = np.concatenate([Ho, U], axis=1)
     chol = weighted_gram_cholesky(Z, np.full(Z.shape[0], tau), np.concatenate([r, np.full(K, eta)]))
-    return cho_solve_lower(chol, tau * Z.T @ Xo), chol
+    return cho_solve_lower(chol, tau * (Z.T @ Xo if ZtX is None else ZtX)), chol
+
+
+#: below this fraction of ‖X‖² a residual's squared norm from cross products has lost more
+#: than about 1e-8 of its relative precision to cancellation; it is then formed directly
+_CANCELLATION = 1e-8
+
+
+def residual_square_norm(Xo, Z, B, sq_norm_X: float, ZtX, ZtZ) -> float:
+    """``‖Xo - Z Bᵀ‖²`` without forming the residual: ``‖Xo‖² - 2⟨ZᵀXo, Bᵀ⟩ + ⟨ZᵀZ, BᵀB⟩``
+    from products the conditionals form anyway (the residual itself is an n × D pass over
+    memory, as slow as the rest of the view's update at n = 10 000), directly where
+    cancellation would cost precision (a view the latents explain almost exactly)."""
+    value = sq_norm_X - 2.0 * float(np.sum(ZtX * B.T)) + float(np.sum(ZtZ * (B.T @ B)))
+    if value < _CANCELLATION * sq_norm_X:
+        return float(np.sum((Xo - Z @ B.T) ** 2))
+    return value
 
 
 def ard_conditional(W, a_r, b_r) -> tuple[np.ndarray, np.ndarray]:
@@ -244,12 +263,16 @@ def ard_conditional(W, a_r, b_r) -> tuple[np.ndarray, np.ndarray]:
     return np.full(W.shape[1], a_r + 0.5 * D), b_r + 0.5 * np.sum(W**2, axis=0)
 
 
-def noise_conditional(resid, a_tau, b_tau) -> tuple[float, float]:
-    """τ | residuals (eq. 14): Gamma shape and rate."""
-    return a_tau + 0.5 * resid.size, b_tau + 0.5 * float(np.sum(resid**2))
+def noise_conditional(resid, a_tau, b_tau, *, size: int | None = None,
+                      square_norm: float | None = None) -> tuple[float, float]:
+    """τ | residuals (eq. 14): Gamma shape and rate, from the residuals or from their
+    ``size`` and ``square_norm``."""
+    if resid is not None:
+        size, square_norm = resid.size, float(np.sum(resid**2))
+    return a_tau + 0.5 * size, b_tau + 0.5 * square_norm
 
 
-def noise_log_density_without_view_latent(resid, V, a_tau, b_tau):
+def noise_log_density_without_view_latent(resid, V, a_tau, b_tau, statistics=None):
     """``log τ ↦ log p(τ | X_v, H, W_v, V_v)`` with the view latent U_v integrated out, per
     view of a list (Haar measure on log τ, so the Gamma prior's Jacobian is included).
 
@@ -258,18 +281,25 @@ def noise_log_density_without_view_latent(resid, V, a_tau, b_tau):
     with ``A_k = Σ_n (q_kᵀ e_n)²`` and ``E = Σ_n ||e_n||²`` the log density is
     ``-½ Σ_k [A_k/(s_k² + 1/τ) + n log(s_k² + 1/τ)] - ½ (E - Σ_k A_k) τ
     + ½ n (D - K) log τ + a log τ - b τ``, O(K) per evaluation.
+
+    ``statistics`` replaces ``resid`` (then None) by each view's ``(‖E‖², E Q, sv, D)``
+    (:meth:`LatentVariableGibbs._residual_statistics`), which need no n × D residual.
     """
-    n_views, K = len(resid), max(Vv.shape[1] for Vv in V)
+    if statistics is None:
+        statistics = []
+        for e, Vv in zip(resid, V, strict=True):
+            Q, sv, _ = np.linalg.svd(Vv, full_matrices=False)
+            statistics.append((float(np.sum(e**2)), e @ Q, sv, e.shape[1]))
+    n_views, K = len(statistics), max(Vv.shape[1] for Vv in V)
     # per view, padded to the widest V (``used`` marks the real columns): the slice sampler
     # evaluates all views at once, several times a sweep
     s2, A, used = np.zeros((n_views, K)), np.zeros((n_views, K)), np.zeros((n_views, K), bool)
     rest, n, free = np.empty(n_views), np.empty(n_views), np.empty(n_views)
-    for v, (e, Vv) in enumerate(zip(resid, V, strict=True)):
-        Q, sv, _ = np.linalg.svd(Vv, full_matrices=False)
+    for v, (sq_norm, EQ, sv, D) in enumerate(statistics):
         k = len(sv)
-        s2[v, :k], A[v, :k], used[v, :k] = sv**2, np.sum((e @ Q) ** 2, axis=0), True
-        rest[v] = float(np.sum(e**2)) - float(A[v].sum())
-        n[v], free[v] = e.shape[0], e.shape[1] - k
+        s2[v, :k], A[v, :k], used[v, :k] = sv**2, np.sum(EQ**2, axis=0), True
+        rest[v] = sq_norm - float(A[v].sum())
+        n[v], free[v] = EQ.shape[0], D - k
 
     def log_density(log_tau: np.ndarray) -> np.ndarray:
         tau = np.exp(log_tau)
@@ -289,9 +319,32 @@ class LatentVariableGibbs(GibbsBlockStep):
     after it): with U_v held fixed the noise precision of a view that the latents explain
     almost exactly (the digits' 6-dimensional ``mor``, τ ≈ 10⁷) is pinned by the residual
     that U_v leaves, and mixed slowly.
+
+    The residuals ``X_v - H W_vᵀ`` and ``X_v - H W_vᵀ - U_v V_vᵀ`` enter only through cross
+    products the conditionals form anyway (:meth:`_residual_statistics`,
+    :func:`residual_square_norm`): forming them took two passes over each n × D view, and at
+    N = 10 000 on five views of 634 features the step went from 126 to 40 ms a sweep.
     """
 
     stats_dtypes_shapes = {"mean_tau": (float, [])}
+
+    def _square_norms(self) -> list[float]:
+        if getattr(self, "_views_square_norms", None) is None:
+            self._views_square_norms = [float(np.sum(Xo**2)) for Xo in self.spec.views]
+        return self._views_square_norms
+
+    @staticmethod
+    def _residual_statistics(Xo, Ho, W, V, sq_norm_X: float):
+        """What the view's conditionals read from ``E = Xo - Ho Wᵀ``, without E (two n × D
+        products instead of the residual and three passes over it): ``(‖E‖², E Q, sv, D)``
+        for τ's collapsed density (``V = Q S Rᵀ``), ``E V``, and ``HoᵀXo`` for the loadings."""
+        HtX, HtH = Ho.T @ Xo, Ho.T @ Ho
+        Q, sv, _ = np.linalg.svd(V, full_matrices=False)
+        basis = np.concatenate([Q, V], axis=1)
+        E_basis = Xo @ basis - Ho @ (W.T @ basis)
+        sq_norm = residual_square_norm(Xo, Ho, W, sq_norm_X, HtX, HtH)
+        k = Q.shape[1]
+        return (sq_norm, E_basis[:, :k], sv, Xo.shape[1]), E_basis[:, k:], HtX, HtH
 
     def step(self, point):
         s, nat = self.spec, self.spec.natural(point)
@@ -299,26 +352,37 @@ class LatentVariableGibbs(GibbsBlockStep):
         m = s.latent_dim
         new = dict(point)
         r_new = nat["r"].copy()
-        resid = [Xo - H[idx] @ nat[f"W_{v}"].T
-                 for v, (Xo, idx) in enumerate(zip(s.views, s.observed_index, strict=True))]
+        square_norms = self._square_norms()
+        views = list(enumerate(zip(s.views, s.observed_index, strict=True)))
+        products = [self._residual_statistics(Xo, H[idx], nat[f"W_{v}"], nat[f"V_{v}"],
+                                              square_norms[v])
+                    for v, (Xo, idx) in views]
         log_density = noise_log_density_without_view_latent(
-            resid, [nat[f"V_{v}"] for v in range(s.n_views)], s.a_tau, s.b_tau)
+            None, [nat[f"V_{v}"] for v in range(s.n_views)], s.a_tau, s.b_tau,
+            statistics=[p[0] for p in products])
         log_tau = np.log(nat["tau"])
         # posterior sd of log τ_v is about 1/sqrt(n D_v / 2): a few of those per slice width
-        width = 3.0 / np.sqrt(0.5 * np.array([r.size for r in resid]))
+        width = 3.0 / np.sqrt(0.5 * np.array([Xo.size for Xo in s.views]))
         tau_new = np.exp(slice_sample_independent(log_density, log_tau, width, rng))
-        for v, (Xo, idx) in enumerate(zip(s.views, s.observed_index, strict=True)):
+        for v, (Xo, idx) in views:
             V, tau = nat[f"V_{v}"], float(tau_new[v])
             Ho = H[idx]
-            # the residuals of τ's draw: W has not moved since
-            U = draw_gaussian_from_precision(*view_latent_conditional(resid[v], V, tau),
+            _, EV, HtX, HtH = products[v]  # of τ's draw: W has not moved since
+            U = draw_gaussian_from_precision(*view_latent_conditional(None, V, tau, EV),
                                              rng).T
+            Z = np.concatenate([Ho, U], axis=1)
+            ZtX = np.concatenate([HtX, U.T @ Xo])
             WV = draw_gaussian_from_precision(
-                *loadings_conditional(Xo, Ho, U, r_new[v], s.view_loading_precision, tau), rng).T
+                *loadings_conditional(Xo, Ho, U, r_new[v], s.view_loading_precision, tau,
+                                      ZtX=ZtX), rng).T
             W, V = WV[:, :m], WV[:, m:]
             shape, rate = ard_conditional(W, s.a_r, s.b_r)
             r_new[v] = rng.gamma(shape, 1.0 / rate)
-            shape, rate = noise_conditional(Xo - Ho @ W.T - U @ V.T, s.a_tau, s.b_tau)
+            HtU = Ho.T @ U
+            ZtZ = np.block([[HtH, HtU], [HtU.T, U.T @ U]])
+            shape, rate = noise_conditional(
+                None, s.a_tau, s.b_tau, size=Xo.size,
+                square_norm=residual_square_norm(Xo, Z, WV, square_norms[v], ZtX, ZtZ))
             tau_new[v] = rng.gamma(shape, 1.0 / rate)
             new[f"W_{v}"], new[f"V_{v}"] = W, V
         new["tau_log__"] = np.log(tau_new)
