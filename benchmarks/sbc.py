@@ -412,6 +412,15 @@ class SBCResult:
     def min_pvalue(self, n_bins: int = 10) -> float:
         return min(p for pair in self.pvalues(n_bins).values() for p in pair)
 
+    def n_tests(self) -> int:
+        """Two tests (chi-square, KS) per quantity."""
+        return 2 * len(self.names)
+
+    def bonferroni_pvalue(self, n_bins: int = 10) -> float:
+        """The smallest p-value times the number of tests, capped at 1: the family-wise
+        p-value of the whole check."""
+        return min(1.0, self.min_pvalue(n_bins) * self.n_tests())
+
 
 def rank_with_ties(truth: float, draws: np.ndarray, rng: np.random.Generator) -> int:
     """Number of draws below the truth, ties split uniformly at random.
@@ -501,10 +510,8 @@ def report(title: str, res: SBCResult, n_bins: int = 10) -> str:
         lines.append(f"  {name:<18} {chi2:7.3f} {ks:7.3f} "
                      f"{np.nanmedian(res.ess_per_kept_draw[:, j]):6.2f}   "
                      + " ".join(f"{c:3d}" for c in counts))
-    n_tests = 2 * len(pv)
-    smallest = res.min_pvalue(n_bins)
-    lines.append(f"  smallest p {smallest:.3f} of {n_tests} (Bonferroni "
-                 f"{min(1.0, smallest * n_tests):.3f})")
+    lines.append(f"  smallest p {res.min_pvalue(n_bins):.3f} of {res.n_tests()} (Bonferroni "
+                 f"{res.bonferroni_pvalue(n_bins):.3f})")
     return "\n".join(lines)
 
 

@@ -115,7 +115,8 @@ def test_view_latent_conditional_matches_joint(augmented):
     rng = np.random.default_rng(2)
     for v, (Xo, idx) in enumerate(zip(spec.views, spec.observed_index, strict=True)):
         resid = Xo - nat["H"][idx] @ nat[f"W_{v}"].T
-        mean, chol = view_latent_conditional(resid, nat[f"V_{v}"], float(nat["tau"][v]))
+        mean, chol = view_latent_conditional(resid @ nat[f"V_{v}"], nat[f"V_{v}"],
+                                             float(nat["tau"][v]))
         values = [rng.normal(size=point[f"U_{v}"].shape) for _ in range(3)]
         _assert_same_differences(
             logp, point, f"U_{v}", values,
@@ -159,7 +160,8 @@ def test_ard_and_noise_conditionals_match_joint(augmented):
         total = 0.0
         for v, (Xo, idx) in enumerate(zip(spec.views, spec.observed_index, strict=True)):
             resid = Xo - nat["H"][idx] @ nat[f"W_{v}"].T - point[f"U_{v}"] @ nat[f"V_{v}"].T
-            shape, rate = noise_conditional(resid, spec.a_tau, spec.b_tau)
+            shape, rate = noise_conditional(resid.size, float(np.sum(resid**2)), spec.a_tau,
+                                            spec.b_tau)
             total += stats.gamma(shape, scale=1 / rate).logpdf(tau[v])
         return total
 
@@ -173,10 +175,12 @@ def test_noise_density_without_view_latent_matches_collapsed_joint(collapsed):
     log τ has its Jacobian τ removed."""
     built, point, logp, spec = collapsed
     nat = spec.natural(point)
-    resid = [Xo - nat["H"][idx] @ nat[f"W_{v}"].T
-             for v, (Xo, idx) in enumerate(zip(spec.views, spec.observed_index, strict=True))]
-    log_density = noise_log_density_without_view_latent(
-        resid, [nat[f"V_{v}"] for v in range(spec.n_views)], spec.a_tau, spec.b_tau)
+    # the step's own statistics (no formed residual), so the step's path meets the joint
+    statistics = [
+        LatentVariableGibbs._residual_statistics(Xo, nat["H"][idx], nat[f"W_{v}"],
+                                                 nat[f"V_{v}"], float(np.sum(Xo**2)))[0]
+        for v, (Xo, idx) in enumerate(zip(spec.views, spec.observed_index, strict=True))]
+    log_density = noise_log_density_without_view_latent(statistics, spec.a_tau, spec.b_tau)
     rng = np.random.default_rng(8)
     values = [np.exp(rng.normal(scale=2.0, size=nat["tau"].shape)) for _ in range(4)]
     _assert_same_differences(logp, point, "tau_log__", values,

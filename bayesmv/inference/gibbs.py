@@ -219,13 +219,12 @@ class BetaLambdaGibbs(GibbsBlockStep):
                       "scale_accept": float(accepted)}]
 
 
-def view_latent_conditional(resid, V, tau, resid_V=None) -> tuple[np.ndarray, np.ndarray]:
-    """U | H, W, V, τ (paper eq. 10) from the residuals ``E = X - H Wᵀ`` of the observed rows
-    (or only their product ``E V``, ``resid_V``): per-row means (K, n) and the shared
-    precision's Cholesky factor."""
+def view_latent_conditional(resid_V, V, tau) -> tuple[np.ndarray, np.ndarray]:
+    """U | H, W, V, τ (paper eq. 10) from ``E V``, the residuals ``E = X - H Wᵀ`` of the
+    observed rows times V (n, K): per-row means (K, n) and the shared precision's Cholesky
+    factor."""
     chol = weighted_gram_cholesky(V, np.full(V.shape[0], tau), 1.0)
-    EV = resid @ V if resid_V is None else resid_V
-    return cho_solve_lower(chol, tau * EV.T), chol
+    return cho_solve_lower(chol, tau * resid_V.T), chol
 
 
 def loadings_conditional(Xo, Ho, U, r, eta, tau, ZtX=None) -> tuple[np.ndarray, np.ndarray]:
@@ -263,16 +262,13 @@ def ard_conditional(W, a_r, b_r) -> tuple[np.ndarray, np.ndarray]:
     return np.full(W.shape[1], a_r + 0.5 * D), b_r + 0.5 * np.sum(W**2, axis=0)
 
 
-def noise_conditional(resid, a_tau, b_tau, *, size: int | None = None,
-                      square_norm: float | None = None) -> tuple[float, float]:
-    """τ | residuals (eq. 14): Gamma shape and rate, from the residuals or from their
-    ``size`` and ``square_norm``."""
-    if resid is not None:
-        size, square_norm = resid.size, float(np.sum(resid**2))
+def noise_conditional(size: int, square_norm: float, a_tau, b_tau) -> tuple[float, float]:
+    """τ | residuals (eq. 14): Gamma shape and rate from the residuals' number of entries and
+    squared norm."""
     return a_tau + 0.5 * size, b_tau + 0.5 * square_norm
 
 
-def noise_log_density_without_view_latent(resid, V, a_tau, b_tau, statistics=None):
+def noise_log_density_without_view_latent(statistics, a_tau, b_tau):
     """``log τ ↦ log p(τ | X_v, H, W_v, V_v)`` with the view latent U_v integrated out, per
     view of a list (Haar measure on log τ, so the Gamma prior's Jacobian is included).
 
@@ -282,15 +278,10 @@ def noise_log_density_without_view_latent(resid, V, a_tau, b_tau, statistics=Non
     ``-½ Σ_k [A_k/(s_k² + 1/τ) + n log(s_k² + 1/τ)] - ½ (E - Σ_k A_k) τ
     + ½ n (D - K) log τ + a log τ - b τ``, O(K) per evaluation.
 
-    ``statistics`` replaces ``resid`` (then None) by each view's ``(‖E‖², E Q, sv, D)``
-    (:meth:`LatentVariableGibbs._residual_statistics`), which need no n × D residual.
+    ``statistics``: per view ``(‖E‖², E Q, s, D)``, from
+    :meth:`LatentVariableGibbs._residual_statistics` (no n × D residual needed).
     """
-    if statistics is None:
-        statistics = []
-        for e, Vv in zip(resid, V, strict=True):
-            Q, sv, _ = np.linalg.svd(Vv, full_matrices=False)
-            statistics.append((float(np.sum(e**2)), e @ Q, sv, e.shape[1]))
-    n_views, K = len(statistics), max(Vv.shape[1] for Vv in V)
+    n_views, K = len(statistics), max(len(sv) for _, _, sv, _ in statistics)
     # per view, padded to the widest V (``used`` marks the real columns): the slice sampler
     # evaluates all views at once, several times a sweep
     s2, A, used = np.zeros((n_views, K)), np.zeros((n_views, K)), np.zeros((n_views, K), bool)
@@ -328,10 +319,9 @@ class LatentVariableGibbs(GibbsBlockStep):
 
     stats_dtypes_shapes = {"mean_tau": (float, [])}
 
-    def _square_norms(self) -> list[float]:
-        if getattr(self, "_views_square_norms", None) is None:
-            self._views_square_norms = [float(np.sum(Xo**2)) for Xo in self.spec.views]
-        return self._views_square_norms
+    def __init__(self, vars, spec, **kwargs):
+        super().__init__(vars, spec, **kwargs)
+        self.view_square_norms = [float(np.sum(Xo**2)) for Xo in spec.views]
 
     @staticmethod
     def _residual_statistics(Xo, Ho, W, V, sq_norm_X: float):
@@ -352,14 +342,13 @@ class LatentVariableGibbs(GibbsBlockStep):
         m = s.latent_dim
         new = dict(point)
         r_new = nat["r"].copy()
-        square_norms = self._square_norms()
+        square_norms = self.view_square_norms
         views = list(enumerate(zip(s.views, s.observed_index, strict=True)))
         products = [self._residual_statistics(Xo, H[idx], nat[f"W_{v}"], nat[f"V_{v}"],
                                               square_norms[v])
                     for v, (Xo, idx) in views]
-        log_density = noise_log_density_without_view_latent(
-            None, [nat[f"V_{v}"] for v in range(s.n_views)], s.a_tau, s.b_tau,
-            statistics=[p[0] for p in products])
+        log_density = noise_log_density_without_view_latent([p[0] for p in products],
+                                                            s.a_tau, s.b_tau)
         log_tau = np.log(nat["tau"])
         # posterior sd of log τ_v is about 1/sqrt(n D_v / 2): a few of those per slice width
         width = 3.0 / np.sqrt(0.5 * np.array([Xo.size for Xo in s.views]))
@@ -368,8 +357,7 @@ class LatentVariableGibbs(GibbsBlockStep):
             V, tau = nat[f"V_{v}"], float(tau_new[v])
             Ho = H[idx]
             _, EV, HtX, HtH = products[v]  # of τ's draw: W has not moved since
-            U = draw_gaussian_from_precision(*view_latent_conditional(None, V, tau, EV),
-                                             rng).T
+            U = draw_gaussian_from_precision(*view_latent_conditional(EV, V, tau), rng).T
             Z = np.concatenate([Ho, U], axis=1)
             ZtX = np.concatenate([HtX, U.T @ Xo])
             WV = draw_gaussian_from_precision(
@@ -381,8 +369,8 @@ class LatentVariableGibbs(GibbsBlockStep):
             HtU = Ho.T @ U
             ZtZ = np.block([[HtH, HtU], [HtU.T, U.T @ U]])
             shape, rate = noise_conditional(
-                None, s.a_tau, s.b_tau, size=Xo.size,
-                square_norm=residual_square_norm(Xo, Z, WV, square_norms[v], ZtX, ZtZ))
+                Xo.size, residual_square_norm(Xo, Z, WV, square_norms[v], ZtX, ZtZ),
+                s.a_tau, s.b_tau)
             tau_new[v] = rng.gamma(shape, 1.0 / rate)
             new[f"W_{v}"], new[f"V_{v}"] = W, V
         new["tau_log__"] = np.log(tau_new)
