@@ -317,7 +317,7 @@ def test_coefficient_hmc_metric_depends_on_the_reference_not_on_the_moved_bandwi
     built, point, spec = one_dim_model
     step = CoefficientHMC([built.model.rvs_to_values[built.model["beta"]]], spec,
                           model=built.model, rng=np.random.default_rng(0))
-    step._lam_sum, step._lam_count = np.full(spec.targets.shape, 3.0), 1
+    step.lam_average.total, step.lam_average.count = np.full(spec.targets.shape, 3.0), 1
     nat = spec.natural(point)
     c = 1.7
     moved = spec.natural(spec.scaled_frequencies(dict(point), nat, c))

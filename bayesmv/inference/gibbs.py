@@ -52,6 +52,35 @@ def sample_lambda(a: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return np.maximum(lam, _LAMBDA_FLOOR)
 
 
+class TuningAverageLambda:
+    """The hinge augmentation's λ averaged over tuning: the weights ``C²/λ̄`` of β's
+    Gaussian approximation that the HMC and transport steps precondition with.
+
+    Each tuning sweep adds ``E[λ_n | f] = 1 + C|1 - y_n f_n|`` (λ ~ GIG(1/2, 1, a²)); before
+    any, λ̄ is one everywhere.  Frozen when tuning ends, so a kernel built on it is fixed.
+    """
+
+    def __init__(self, targets: np.ndarray, C: float) -> None:
+        self.targets, self.C = targets, C
+        self.reset()
+
+    def reset(self) -> None:
+        self.total, self.count = 0.0, 0
+
+    def add(self, f: np.ndarray) -> np.ndarray:
+        """Add ``E[λ | f]`` at the decision values f (shaped like the targets); return it."""
+        excess = self.C * np.abs(1.0 - self.targets * f)
+        # summed as (total + 1) + excess: the rounding of the chains measured with it
+        self.total = self.total + 1.0 + excess
+        self.count += 1
+        return 1.0 + excess
+
+    def mean(self) -> np.ndarray:
+        if not self.count:
+            return np.ones_like(self.targets, dtype=float)
+        return self.total / self.count
+
+
 def beta_precision_and_linear(Phi, y, lam, C, v) -> tuple[np.ndarray, np.ndarray]:
     """Cholesky factor of β's conditional precision and its linear term (paper eq. 1), in
     Φ's precision (float32 for the HMC steps' leapfrog forces).

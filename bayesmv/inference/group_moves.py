@@ -18,6 +18,7 @@ from bayesmv.components.features import fourier_features
 from bayesmv.components.likelihoods import hinge_log_pseudolikelihood
 from bayesmv.inference.gibbs import (
     GibbsBlockStep,
+    TuningAverageLambda,
     beta_precision_and_linear,
     draw_assignments,
 )
@@ -271,7 +272,8 @@ class BandwidthTransportMove(GibbsBlockStep):
         self._reset()
 
     def _reset(self):
-        self._lam_sum, self._lam_count, self.iteration = 0.0, 0, 0
+        self.lam_average = TuningAverageLambda(self.spec.targets, self.spec.C)
+        self.iteration = 0
         self._spread_sum = np.zeros(self.spec.latent_dim)
         self.log_sd = np.full(self.spec.latent_dim, np.log(self.initial_sd))
 
@@ -281,9 +283,7 @@ class BandwidthTransportMove(GibbsBlockStep):
 
     def gaussian_approximation(self, Phi: np.ndarray, v) -> list:
         """Per task, the Cholesky factor of A and the mean m at features Φ (see the class)."""
-        s = self.spec
-        lam_bar = (self._lam_sum / self._lam_count if self._lam_count
-                   else np.ones_like(s.targets, dtype=float))
+        s, lam_bar = self.spec, self.lam_average.mean()
         out = []
         for t in range(s.targets.shape[1]):
             chol, lin = beta_precision_and_linear(Phi, s.targets[:, t], lam_bar[:, t], s.C, v)
@@ -323,10 +323,7 @@ class BandwidthTransportMove(GibbsBlockStep):
     def step(self, point):
         s, nat = self.spec, self.spec.natural(point)
         if self.tune:
-            # E[λ_n | f] = 1 + C|1 - y f| (λ ~ GIG(1/2, 1, a²)), averaged over tuning
-            f = s.features(nat["H"], nat["Omega"]) @ nat["beta"].T
-            self._lam_sum = self._lam_sum + 1.0 + s.C * np.abs(1.0 - s.targets * f)
-            self._lam_count += 1
+            self.lam_average.add(s.features(nat["H"], nat["Omega"]) @ nat["beta"].T)
             self._spread_sum = self._spread_sum + np.sum(nat["Omega"] ** 2, axis=0)
         m, approx = s.latent_dim, None
         weights = self._spread_sum + 1e-12

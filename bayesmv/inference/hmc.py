@@ -26,6 +26,7 @@ from bayesmv.components.latent import latent_gaussian
 from bayesmv.components.likelihoods import hinge_log_pseudolikelihood
 from bayesmv.inference.gibbs import (
     GibbsBlockStep,
+    TuningAverageLambda,
     beta_precision_and_linear,
     collapsed_frequency_prior,
     collapsed_log_marginal,
@@ -635,7 +636,7 @@ class CoefficientHMC(_HMCStep):
         self._reset_weights()
 
     def _reset_weights(self):
-        self._lam_sum, self._lam_count = 0.0, 0
+        self.lam_average = TuningAverageLambda(self.spec.targets, self.spec.C)
         self.iteration, self._curvature = 0, []
         self.log_scale_sd = np.full(self.spec.latent_dim, self.initial_log_scale_sd)
 
@@ -671,9 +672,7 @@ class CoefficientHMC(_HMCStep):
     def _whitening(self, Phi: np.ndarray, v) -> list:
         """Cholesky factors of each task's augmented precision ``A_t`` at features Φ and the
         tuning-average λ̄."""
-        s = self.spec
-        lam_bar = (self._lam_sum / self._lam_count if self._lam_count
-                   else np.ones_like(s.targets, dtype=float))
+        s, lam_bar = self.spec, self.lam_average.mean()
         return [beta_precision_and_linear(Phi, s.targets[:, t], lam_bar[:, t], s.C, v)[0]
                 for t in range(s.targets.shape[1])]
 
@@ -691,13 +690,9 @@ class CoefficientHMC(_HMCStep):
         beta0 = nat["beta"]
         if self.tune:
             Phi = s.features(nat["H"], nat["Omega"])
-            # E[λ_n | f] = 1 + C|1 - y f| (λ ~ GIG(1/2, 1, a²)), averaged over tuning
-            excess = s.C * np.abs(1.0 - s.targets * (Phi @ beta0.T))
-            # summed as (sum + 1) + excess, as before: the same rounding, the same chains
-            self._lam_sum = self._lam_sum + 1.0 + excess
-            self._lam_count += 1
+            lam = self.lam_average.add(Phi @ beta0.T)
             if self.bandwidth:
-                self._adapt_log_scale(nat, 1.0 + excess)
+                self._adapt_log_scale(nat, lam)
         new = dict(point)
         if not self.bandwidth:
             Phi = s.features(nat["H"], nat["Omega"])
