@@ -218,7 +218,7 @@ def test_bandwidth_transport_ratio_is_the_joint_change_plus_jacobian(model):
     step.lam_average.total = np.random.default_rng(1).gamma(2.0, size=spec.targets.shape)
     step.lam_average.count = 1
     for log_c in (np.array([0.4, 0.0]), np.array([0.0, -0.3]), np.array([0.2, 0.5])):
-        moved, ours, _ = step.propose(dict(point), nat, log_c)
+        moved, ours, _ = step.propose(dict(point), nat, log_c, step.state(nat))
         source = step.gaussian_approximation(spec.features(nat["H"], nat["Omega"]), nat["v"])
         target = step.gaussian_approximation(
             spec.features(nat["H"], nat["Omega"] * np.exp(log_c)), nat["v"])

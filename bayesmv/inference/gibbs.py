@@ -62,9 +62,6 @@ class TuningAverageLambda:
 
     def __init__(self, targets: np.ndarray, C: float) -> None:
         self.targets, self.C = targets, C
-        self.reset()
-
-    def reset(self) -> None:
         self.total, self.count = 0.0, 0
 
     def add(self, f: np.ndarray) -> np.ndarray:
@@ -79,6 +76,13 @@ class TuningAverageLambda:
         if not self.count:
             return np.ones_like(self.targets, dtype=float)
         return self.total / self.count
+
+    def precisions(self, Phi: np.ndarray, v) -> list:
+        """Per task, β's conditional precision factor and linear term given λ = λ̄ at
+        features Φ (:func:`beta_precision_and_linear`)."""
+        lam_bar = self.mean()
+        return [beta_precision_and_linear(Phi, self.targets[:, t], lam_bar[:, t], self.C, v)
+                for t in range(self.targets.shape[1])]
 
 
 def beta_precision_and_linear(Phi, y, lam, C, v) -> tuple[np.ndarray, np.ndarray]:

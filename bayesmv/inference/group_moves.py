@@ -19,7 +19,6 @@ from bayesmv.components.likelihoods import hinge_log_pseudolikelihood
 from bayesmv.inference.gibbs import (
     GibbsBlockStep,
     TuningAverageLambda,
-    beta_precision_and_linear,
     draw_assignments,
 )
 from bayesmv.inference.slice import slice_sample_independent
@@ -283,12 +282,8 @@ class BandwidthTransportMove(GibbsBlockStep):
 
     def gaussian_approximation(self, Phi: np.ndarray, v) -> list:
         """Per task, the Cholesky factor of A and the mean m at features Φ (see the class)."""
-        s, lam_bar = self.spec, self.lam_average.mean()
-        out = []
-        for t in range(s.targets.shape[1]):
-            chol, lin = beta_precision_and_linear(Phi, s.targets[:, t], lam_bar[:, t], s.C, v)
-            out.append((chol, cho_solve_lower(chol, lin)))
-        return out
+        return [(chol, cho_solve_lower(chol, lin))
+                for chol, lin in self.lam_average.precisions(Phi, v)]
 
     def transport(self, beta: np.ndarray, source: list, target: list) -> tuple[np.ndarray, float]:
         """β mapped from the approximation ``source`` to ``target``, and the log-Jacobian."""
@@ -304,38 +299,45 @@ class BandwidthTransportMove(GibbsBlockStep):
         logl = np.sum(hinge_log_pseudolikelihood(Phi @ beta.T, s.targets, s.C))
         return float(logl - 0.5 * np.sum(np.asarray(v) * beta**2))
 
+    def state(self, nat: dict) -> tuple:
+        """``(Φ, Gaussian approximation, log density)`` at the point: what a proposal reads
+        at its start (and returns at its end)."""
+        Phi = self.spec.features(nat["H"], nat["Omega"])
+        return (Phi, self.gaussian_approximation(Phi, nat["v"]),
+                self.log_density(Phi, nat["beta"], nat["v"]))
+
     def propose(self, point: dict, nat: dict, log_c: np.ndarray,
-                approx: list | None = None) -> tuple[dict, float, list]:
+                current: tuple) -> tuple[dict, float, tuple]:
         """The point moved by the log bandwidths ``log_c`` (one per column) with β
-        transported, the log acceptance ratio, and the Gaussian approximation there."""
-        s, H, beta, v = self.spec, nat["H"], nat["beta"], nat["v"]
-        Phi0 = s.features(H, nat["Omega"])
-        approx = self.gaussian_approximation(Phi0, v) if approx is None else approx
-        Phi1 = s.features(H, nat["Omega"] * np.exp(log_c))
-        approx1 = self.gaussian_approximation(Phi1, v)
-        beta1, log_jac = self.transport(beta, approx, approx1)
+        transported, the log acceptance ratio, and the :meth:`state` there; ``current`` is
+        the state at the point."""
+        s, (_, approx, log_density) = self.spec, current
+        Phi1 = s.features(nat["H"], nat["Omega"] * np.exp(log_c))
+        approx1 = self.gaussian_approximation(Phi1, nat["v"])
+        beta1, log_jac = self.transport(nat["beta"], approx, approx1)
+        proposed = (Phi1, approx1, self.log_density(Phi1, beta1, nat["v"]))
         moved = s.scaled_frequencies(point, nat, np.exp(log_c))
         moved["beta"] = beta1
-        log_ratio = (self.log_density(Phi1, beta1, v) - self.log_density(Phi0, beta, v)
+        log_ratio = (proposed[2] - log_density
                      + float(np.sum(s.spectral.log_scale_ratio(nat, log_c)[0])) + log_jac)
-        return moved, log_ratio, approx1
+        return moved, log_ratio, proposed
 
     def step(self, point):
         s, nat = self.spec, self.spec.natural(point)
         if self.tune:
             self.lam_average.add(s.features(nat["H"], nat["Omega"]) @ nat["beta"].T)
             self._spread_sum = self._spread_sum + np.sum(nat["Omega"] ** 2, axis=0)
-        m, approx = s.latent_dim, None
+        m, current = s.latent_dim, self.state(nat)
         weights = self._spread_sum + 1e-12
         columns = self.rng.choice(m, size=self.proposals_per_sweep, p=weights / weights.sum())
         accepted = np.zeros(len(columns))
         for i, d in enumerate(columns):
             log_c = np.zeros(m)
             log_c[d] = np.exp(self.log_sd[d]) * self.rng.standard_normal()
-            moved, log_ratio, approx1 = self.propose(point, nat, log_c, approx)
+            moved, log_ratio, proposed = self.propose(point, nat, log_c, current)
             accepted[i] = np.exp(min(0.0, log_ratio))
             if self.rng.uniform() < accepted[i]:
-                point, nat, approx = moved, s.natural(moved), approx1
+                point, nat, current = moved, s.natural(moved), proposed
             if self.tune and self.iteration < self.n_tune:
                 rate = (self.iteration + 10.0) ** -0.6
                 self.log_sd[d] = np.clip(self.log_sd[d] + rate * (accepted[i] - self.target_accept),

@@ -27,7 +27,6 @@ from bayesmv.components.likelihoods import hinge_log_pseudolikelihood
 from bayesmv.inference.gibbs import (
     GibbsBlockStep,
     TuningAverageLambda,
-    beta_precision_and_linear,
     collapsed_frequency_prior,
     collapsed_log_marginal,
     draw_assignments,
@@ -672,9 +671,7 @@ class CoefficientHMC(_HMCStep):
     def _whitening(self, Phi: np.ndarray, v) -> list:
         """Cholesky factors of each task's augmented precision ``A_t`` at features Φ and the
         tuning-average λ̄."""
-        s, lam_bar = self.spec, self.lam_average.mean()
-        return [beta_precision_and_linear(Phi, s.targets[:, t], lam_bar[:, t], s.C, v)[0]
-                for t in range(s.targets.shape[1])]
+        return [chol for chol, _ in self.lam_average.precisions(Phi, v)]
 
     def reference_whitening(self, nat: dict) -> tuple[list, tuple[np.ndarray, np.ndarray]]:
         """Draw the auxiliary reference, log bandwidths ``log ‖Ω_{:d}‖ + δ_d`` with
