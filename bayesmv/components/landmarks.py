@@ -49,6 +49,7 @@ from bayesmv.components.base import (
 )
 from bayesmv.components.kernels import view_gram
 from bayesmv.components.linear import publish_view_features
+from bayesmv.components.nystrom import RCOND, kernel_eigenbasis
 from bayesmv.data import MultiViewData
 
 IMPUTE_OPTIONS = ("landmarks", "bayes", "zero", None)
@@ -152,18 +153,26 @@ class LandmarkMap:
     coef_var, noise_var : float or None
         s² and σ² of the probabilistic eq. 11 (``impute="bayes"``; see
         :meth:`fit_imputation_prior`).
+    whiten : bool, default False
+        Features are each view's similarities times ``K_v⁺ᐟ²``, the symmetric inverse square
+        root of the landmarks' own RBF Gram matrix ``K_v`` (eigenvalues below
+        ``RCOND · max`` dropped): a ``N(0, I)`` prior on their weights is then the Gaussian
+        process with the Nyström kernel ``k_v(x, L) K_v⁺ k_v(L, x')``, and an L2 penalty is
+        its RKHS norm, where raw similarities penalise ``θᵀθ`` (a kernel ``K²``).
 
     Attributes
     ----------
     landmark_indices_, landmarks_, gamma_, coef_var_, noise_var_
         The parameters above.
     projections_ : ndarray, shape (L, L·V)
-        ``P``: the landmarks' own features.
+        ``P``: the landmarks' own similarities (raw, whatever ``whiten``).
+    whiteners_ : list of ndarray (L, L) or None
+        ``K_v⁺ᐟ²`` per view when ``whiten``.
     """
 
     def __init__(self, landmark_indices: np.ndarray, landmarks: tuple[np.ndarray, ...],
                  gamma: np.ndarray, impute: str | None, coef_var: float | None = None,
-                 noise_var: float | None = None) -> None:
+                 noise_var: float | None = None, whiten: bool = False) -> None:
         self.landmark_indices_ = np.asarray(landmark_indices, dtype=np.int64)
         self.landmarks_ = tuple(np.ascontiguousarray(X, dtype=float) for X in landmarks)
         self.gamma_ = np.asarray(gamma, dtype=float)
@@ -171,6 +180,31 @@ class LandmarkMap:
         self.coef_var_, self.noise_var_ = coef_var, noise_var
         complete = np.ones((len(self.landmark_indices_), len(self.landmarks_)), dtype=bool)
         self.projections_ = self._similarity_blocks(self.landmarks_, complete)
+        self.whiten = bool(whiten)
+        self.whiteners_ = None
+        if self.whiten:
+            L = self.n_landmarks_
+            # one thread: the same factor (and so the same predictions after loading, where
+            # it is recomputed) whatever the BLAS thread count
+            with threadpool_limits(limits=1, user_api="blas"):
+                self.whiteners_ = []
+                for v in range(self.n_views_):
+                    s, V = kernel_eigenbasis(self.projections_[:, v * L:(v + 1) * L], RCOND,
+                                             f"view {v}'s landmarks")
+                    self.whiteners_.append((V / np.sqrt(s)) @ V.T)
+
+    def whitened(self, M: np.ndarray) -> np.ndarray:
+        """The features of similarities ``M`` (n, L·V): ``M`` itself, or each view's block
+        times its whitener (``whiten``).  Linear, so it applies to draws of unknown blocks
+        and, as ``whitened(θ)``, maps weights of the features to weights of the raw
+        similarities (the whiteners are symmetric)."""
+        if not self.whiten:
+            return M
+        L = self.n_landmarks_
+        out = np.empty_like(M)
+        for v, Wv in enumerate(self.whiteners_):
+            out[..., v * L:(v + 1) * L] = M[..., v * L:(v + 1) * L] @ Wv
+        return out
 
     @property
     def n_landmarks_(self) -> int:
@@ -203,7 +237,12 @@ class LandmarkMap:
         return self._similarity_blocks(data.views, data.observed)
 
     def transform(self, data: MultiViewData) -> np.ndarray:
-        """Landmark features (n, L·V) with missing blocks imputed (``impute``)."""
+        """Landmark features (n, L·V) with missing blocks imputed (``impute``), whitened
+        when ``whiten``."""
+        return self.whitened(self.imputed_similarities(data))
+
+    def imputed_similarities(self, data: MultiViewData) -> np.ndarray:
+        """Similarities (n, L·V) with missing blocks imputed (``impute``), never whitened."""
         M = self.similarities(data)
         if not data.has_missing:
             return M
@@ -343,6 +382,10 @@ class LandmarkFeatures(Component):
         them (``n_landmarks`` is then their number), e.g. to rebuild a fitted map.
     random_state : int, numpy Generator or None
         Deprecated alias of ``random_seed``.
+    whiten : bool, default False
+        Multiply each view's similarities by ``K_v⁺ᐟ²`` (the landmarks' own Gram matrix), so
+        that the combiner's Gaussian prior on the weights is the RKHS norm of the Nyström
+        kernel (see :class:`LandmarkMap`); False keeps the paper's raw similarities.
     """
 
     consumes = (VIEWS,)
@@ -356,13 +399,14 @@ class LandmarkFeatures(Component):
 
     def __init__(self, n_landmarks: int = 50, gamma: Any = None, impute: str | None = "landmarks",
                  random_seed: Any = None, indices: Any = None,
-                 random_state: Any = None) -> None:
+                 random_state: Any = None, whiten: bool = False) -> None:
         self.n_landmarks = n_landmarks
         self.gamma = gamma
         self.impute = impute
         self.random_seed = random_seed
         self.indices = indices
         self.random_state = random_state
+        self.whiten = whiten
 
     # ------------------------------------------------------------------ fitting
     def validate(self) -> None:
@@ -406,7 +450,7 @@ class LandmarkFeatures(Component):
             rng = np.random.default_rng(self._param("random_seed"))
             indices = np.sort(rng.choice(complete, size=L, replace=False))
         fitted = LandmarkMap(indices, tuple(X[indices] for X in data.views), gamma,
-                             self.impute)
+                             self.impute, whiten=self.whiten)
         if self.impute == "bayes":
             M = fitted.similarities(data)
             fitted.coef_var_, fitted.noise_var_ = fitted.fit_imputation_prior(M, data.observed)
@@ -448,17 +492,23 @@ class LandmarkFeatures(Component):
         ctx.state["landmark_indices"] = fitted.landmark_indices_
         if ctx.predicting or fitted.impute != "bayes" or not data.has_missing:
             ctx.state["missing_blocks"] = []
-            Phi = fitted.transform(data)
+            M = fitted.imputed_similarities(data)
         else:
             M = fitted.similarities(data)
             ctx.state["missing_blocks"] = fitted.missing_blocks(M, data.observed)
-            Phi = np.nan_to_num(M, nan=0.0)
-        tensor = pt.as_tensor(pm.Data("landmark_features", Phi, dims=("sample", "feature")))
+            M = np.nan_to_num(M, nan=0.0)
+        # the (raw) similarities are the data, unknown blocks the random variables; whitening
+        # is a fixed linear map after them
+        ctx.state["similarities"] = M
+        tensor = pt.as_tensor(pm.Data("landmark_features", M, dims=("sample", "feature")))
         for k, blk in enumerate(ctx.state["missing_blocks"]):
             mu = pm.MvNormal(f"mu_missing_{k}", mu=blk.mean, cov=blk.covariance(),
                              shape=blk.mean.shape)
             tensor = pt.set_subtensor(tensor[blk.rows[:, None], blk.columns[None, :]], mu)
         blocks_ = [tensor[:, v * L:(v + 1) * L] for v in range(V)]
+        if fitted.whiten:
+            blocks_ = [block @ Wv for block, Wv in zip(blocks_, fitted.whiteners_, strict=True)]
+        Phi = fitted.whitened(M)
         return publish_view_features(ctx, blocks_, [Phi[:, v * L:(v + 1) * L] for v in range(V)])
 
     def initial_values(self, ctx: BuildContext, rng: np.random.Generator

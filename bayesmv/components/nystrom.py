@@ -37,8 +37,11 @@ from bayesmv.components.kernels import KERNELS, per_view, view_gram
 from bayesmv.components.linear import publish_view_features
 from bayesmv.data import MultiViewData, block_slices
 
-__all__ = ["NystromFeatures", "NystromState", "check_complete_views", "n_landmarks"]
+__all__ = ["NystromFeatures", "NystromState", "check_complete_views", "kernel_eigenbasis",
+           "n_landmarks"]
 
+#: relative eigenvalue cut-off of :func:`kernel_eigenbasis` (``NystromFeatures``' default)
+RCOND = 1e-10
 #: kernels that take a ``gamma`` parameter in :func:`sklearn.metrics.pairwise.pairwise_kernels`
 _GAMMA_KERNELS = ("rbf", "laplacian", "poly", "polynomial", "sigmoid", "chi2")
 
@@ -89,6 +92,33 @@ def check_complete_views(data: MultiViewData, argument: str = "X") -> None:
         "views): impute the missing rows first (e.g. sklearn.impute.SimpleImputer or "
         "KNNImputer on that view's columns, inside a Pipeline), drop those rows, or use "
         "bayesmv.M3LAK, which handles missing views natively.")
+
+
+def kernel_eigenbasis(W: np.ndarray, rcond: float, what: str) -> tuple[np.ndarray, np.ndarray]:
+    """The eigenvalues ``s`` of a kernel matrix on a subset above ``rcond · max(s)`` and their
+    eigenvectors ``V``: ``V diag(s)^{-1/2}`` maps kernel values against the subset to features
+    whose inner products are the Nyström kernel ``K[:, S] W⁺ K[S, :]``.
+
+    Parameters
+    ----------
+    W : ndarray (r, r)
+        ``K[S, S]`` (symmetrised here).
+    rcond : float
+        Relative cut-off; smaller eigenvalues are dropped, not inverted.
+    what : str
+        What ``W`` belongs to, for the error message (e.g. "view 0 ('fourier')").
+
+    Returns
+    -------
+    s : ndarray (r_kept,)
+    V : ndarray (r, r_kept)
+    """
+    s, V = np.linalg.eigh(0.5 * (W + W.T))
+    if not np.isfinite(s).all() or s[-1] <= 0:
+        raise ValueError(f"{what}: the kernel matrix on the subset has no positive "
+                         "eigenvalue; is the kernel positive semi-definite?")
+    keep = s > rcond * s[-1]
+    return s[keep], V[:, keep]
 
 
 def _kernel(X: np.ndarray, Y: np.ndarray, name: str, gamma: float | None) -> np.ndarray:
@@ -204,7 +234,7 @@ class NystromFeatures(Component):
     RENAMED = {"random_seed": "random_state"}
 
     def __init__(self, nystrom: float | int = 0.25, kernel: str | Sequence[str] = "rbf",
-                 gamma: float | Sequence[float] | None = None, rcond: float = 1e-10,
+                 gamma: float | Sequence[float] | None = None, rcond: float = RCOND,
                  random_seed: int | np.random.Generator | None = None,
                  subset: Sequence[int] | np.ndarray | None = None,
                  random_state: int | np.random.Generator | None = None) -> None:
@@ -260,16 +290,11 @@ class NystromFeatures(Component):
             else:
                 gm = None
             Xs = np.ascontiguousarray(X[subset])
-            W = _kernel(Xs, Xs, kname, gm)
-            s, V = np.linalg.eigh(0.5 * (W + W.T))
-            if not np.isfinite(s).all() or s[-1] <= 0:
-                raise ValueError(f"view {v} ({data.view_names[v]!r}): the kernel matrix on the "
-                                 "Nyström subset has no positive eigenvalue; is the kernel "
-                                 "positive semi-definite?")
-            keep = s > self.rcond * s[-1]
+            s, V = kernel_eigenbasis(_kernel(Xs, Xs, kname, gm), self.rcond,
+                                     f"view {v} ({data.view_names[v]!r})")
             landmarks.append(Xs)
-            whiteners.append(np.ascontiguousarray(V[:, keep] / np.sqrt(s[keep])))
-            eigs.append(s[keep])
+            whiteners.append(np.ascontiguousarray(V / np.sqrt(s)))
+            eigs.append(s)
             used_gamma.append(gm)
         return NystromState(subset=subset, landmarks=landmarks, whiteners=whiteners,
                             kernels=list(kernels), gammas=used_gamma, eigenvalues=eigs)

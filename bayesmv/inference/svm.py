@@ -18,7 +18,7 @@ task per one-vs-rest column.  Its log posterior is ``-(½||θ||² + 2C Σ_n hing
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import arviz as az
@@ -101,6 +101,9 @@ class HingeGibbsSpec:
     prior_precision: np.ndarray     # (p [+ 1],): θ's prior precision [, then 0 for the bias]
     missing: list[MissingBlocks]    # unknown similarity blocks (impute="bayes")
     has_bias: bool = True           # a flat bias b (SumCombiner(flat_bias=True))
+    # with unknown blocks: the map from similarities to features (a whitening LandmarkMap's
+    # ``whitened``; ``features`` then holds the similarities), None for the identity
+    to_features: Callable[[np.ndarray], np.ndarray] | None = None
 
     @classmethod
     def from_built(cls, built: BuiltModel) -> HingeGibbsSpec:
@@ -115,21 +118,36 @@ class HingeGibbsSpec:
         precision = np.full(p, float(comb.prior_precision))
         if comb.flat_bias:
             precision = np.append(precision, 0.0)
+        state = built.context.state
+        missing = list(state.get("missing_blocks", []))
+        to_features = None
+        landmarks = state.get("landmarks")
+        if missing and getattr(landmarks, "whiten", False):
+            features, to_features = state["similarities"], landmarks.whitened
         return cls(features=features, targets=built.context.targets, C=float(lik.C),
-                   prior_precision=precision,
-                   missing=list(built.context.state.get("missing_blocks", [])),
-                   has_bias=bool(comb.flat_bias))
+                   prior_precision=precision, missing=missing,
+                   has_bias=bool(comb.flat_bias), to_features=to_features)
 
-    def design(self, point: dict) -> np.ndarray:
-        """Features with the current missing blocks filled in, plus a column of ones when the
-        model has a bias."""
-        Phi = np.empty((self.features.shape[0], self.features.shape[1] + int(self.has_bias)))
-        Phi[:, :self.features.shape[1]] = self.features
+    def design(self, point: dict) -> tuple[np.ndarray, np.ndarray]:
+        """The design (features, plus a column of ones when the model has a bias) with the
+        current missing blocks filled in, and the same with the similarities before
+        ``to_features`` (the design itself when there is no such map)."""
+        raw = np.empty((self.features.shape[0], self.features.shape[1] + int(self.has_bias)))
+        raw[:, :self.features.shape[1]] = self.features
         if self.has_bias:
-            Phi[:, -1] = 1.0
+            raw[:, -1] = 1.0
         for k, blk in enumerate(self.missing):
-            Phi[blk.rows[:, None], blk.columns[None, :]] = point[f"mu_missing_{k}"]
-        return Phi
+            raw[blk.rows[:, None], blk.columns[None, :]] = point[f"mu_missing_{k}"]
+        if self.to_features is None:
+            return raw, raw
+        return self.mapped(raw), raw
+
+    def mapped(self, A: np.ndarray) -> np.ndarray:
+        """``to_features`` on the feature columns of A (rows of a design or of weights)."""
+        out = A.copy()
+        p = self.features.shape[1]
+        out[:, :p] = self.to_features(A[:, :p])
+        return out
 
 
 def draw_missing_blocks(blocks: Sequence[MissingBlocks], Phi1: np.ndarray, W: np.ndarray,
@@ -182,7 +200,7 @@ class HingeGibbs(GibbsBlockStep):
 
     def step(self, point):
         s, rng = self.spec, self.rng
-        Phi1 = s.design(point)
+        Phi1, raw = s.design(point)
         W = (np.column_stack([point["beta"], point["bias"]]) if s.has_bias
              else np.asarray(point["beta"]))
         F = Phi1 @ W.T
@@ -198,8 +216,9 @@ class HingeGibbs(GibbsBlockStep):
             new["beta"], new["bias"] = W_new[:, :-1], W_new[:, -1]
         else:
             new["beta"] = W_new
-        if s.missing:
-            blocks = draw_missing_blocks(s.missing, Phi1, W_new, s.targets, lam, s.C, rng)
+        if s.missing:  # the blocks are similarities: weights of the similarities, f = raw W'ᵀ
+            W_raw = W_new if s.to_features is None else s.mapped(W_new)
+            blocks = draw_missing_blocks(s.missing, raw, W_raw, s.targets, lam, s.C, rng)
             for k, value in enumerate(blocks):
                 new[f"mu_missing_{k}"] = value
         return new, [{"mean_lambda": float(lam.mean())}]

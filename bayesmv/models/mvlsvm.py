@@ -58,7 +58,11 @@ class MVLSVM(BaseMultiViewClassifier):
     on ``b`` and the pseudo-likelihood ``exp(-(C/N)·hinge)`` — the builder's
     ``HingeLikelihood`` with its constant ``C/(2N)`` — so the MAP is the SVM solution and the
     Polson–Scott augmentation gives an exact Gibbs sampler.  Multi-class problems are
-    one-vs-rest (one θ and b per class).
+    one-vs-rest (one θ and b per class).  By default (``whiten=True``) each view's
+    similarities are first multiplied by ``K_v⁺ᐟ²``, the inverse square root of the
+    landmarks' own Gram matrix, so that ``θ ~ N(0, I)`` makes each view's part of f the
+    Gaussian process with the Nyström kernel ``k_v(x, L) K_v⁺ k_v(L, x')`` and the MAP the SVM
+    with the sum of the views' Nyström kernels; ``whiten=False`` is the paper's classifier.
 
     Class probabilities are the normalised hinge likelihood (Sollich 2002),
     ``p(y = +1 | f) = sigmoid(2c·(f + clip(f, -1, 1)))``, whose constant c ``fit`` learns from
@@ -116,6 +120,15 @@ class MVLSVM(BaseMultiViewClassifier):
         others leave (:func:`bayesmv.data.check_views`).
     standardize : bool, default True
         Standardise each view on the observed training rows before the similarities.
+    whiten : bool, default True
+        Whiten each view's similarities by ``K_v⁺ᐟ²`` (see above; eigenvalues of ``K_v`` below
+        1e-10 of the largest are dropped).  Raw similarities penalise ``θᵀθ``, i.e. fit the
+        kernel ``Σ_v μ_v μ_vᵀ`` (each view's Gram matrix squared, through the landmarks),
+        which over-weights the directions that many landmarks share.  On UCI digit tasks
+        (five 80/20 splits, seeds 200-204, not the benchmark's) whitening lowered the Brier
+        score on 3 vs 5 from 0.0228 to 0.0151 (accuracy 0.965 → 0.973), on ten digits from
+        0.0227 to 0.0154 and on 0–4 vs 5–9 from 0.0115 to 0.0092, was equal or better on the
+        other pairs, and on breast cancer as three views 0.968 / 0.0230 against 0.970 / 0.0216.
     calibration_cv : int or None, default 5
         Folds of the cross-validation that calibrates the MAP's probabilities:
         ``StratifiedKFold(calibration_cv, shuffle=True, random_state=random_seed)``, with
@@ -201,6 +214,7 @@ class MVLSVM(BaseMultiViewClassifier):
         view_sizes: tuple[int, ...] | None = None,
         standardize: bool = True,
         calibration_cv: int | None = 5,
+        whiten: bool = True,
     ) -> None:
         self.n_landmarks = n_landmarks
         self.C = C
@@ -217,6 +231,7 @@ class MVLSVM(BaseMultiViewClassifier):
         self.view_sizes = view_sizes
         self.standardize = standardize
         self.calibration_cv = calibration_cv
+        self.whiten = whiten
 
     # --------------------------------------------------------------- checks
     def _validate_params(self) -> None:
@@ -241,6 +256,8 @@ class MVLSVM(BaseMultiViewClassifier):
                 or self.calibration_cv < 2):
             raise ValueError("calibration_cv must be None or an integer >= 2, got "
                              f"{self.calibration_cv!r}")
+        if not isinstance(self.whiten, bool | np.bool_):
+            raise ValueError(f"whiten must be True or False, got {self.whiten!r}")
         if self.inference not in ("map", "gibbs"):
             raise ValueError(f"inference must be 'map' or 'gibbs', got {self.inference!r}")
         self._landmark_map().validate()  # n_landmarks and impute
@@ -254,7 +271,7 @@ class MVLSVM(BaseMultiViewClassifier):
                       indices: np.ndarray | None = None) -> LandmarkFeatures:
         L = self.n_landmarks if n_landmarks is None else n_landmarks
         return LandmarkFeatures(L, self.gamma, self.impute, random_seed=random_seed,
-                                indices=indices)
+                                indices=indices, whiten=bool(self.whiten))
 
 
     def _seeds(self) -> tuple[np.random.Generator, int]:
@@ -313,7 +330,7 @@ class MVLSVM(BaseMultiViewClassifier):
         data, classes, y_index, standardizer, targets, fmap = self._prepare_training(X, y)
         C = self.C
         if C == "auto":
-            C = self._choose_C(*_features(fmap, data), targets, y_index)[0]
+            C = self._choose_C(fmap, *_features(fmap, data), targets, y_index)[0]
         built = self.make_builder(data.n_samples, fmap, C).build(data, targets,
                                                                  augmented=augmented)
         built.classes, built.y_index, built.standardizer = classes, y_index, standardizer
@@ -341,7 +358,7 @@ class MVLSVM(BaseMultiViewClassifier):
             Phi, blocks = _features(fmap, data)
         start = time.perf_counter()
         if C == "auto":  # a MAP keeps the winner's link; a Gibbs fit calibrates its draws
-            C, link, how, selection = self._choose_C(Phi, blocks, targets, y_index)
+            C, link, how, selection = self._choose_C(fmap, Phi, blocks, targets, y_index)
         select_seconds = time.perf_counter() - start
         start = time.perf_counter()
         if self.inference == "map":
@@ -363,7 +380,7 @@ class MVLSVM(BaseMultiViewClassifier):
         start = time.perf_counter()
         if self.calibration_cv is not None and (self.inference == "gibbs" or selection is None):
             held_out, how = (self._leave_one_out(idata, targets, C) if self.inference == "gibbs"
-                             else self._out_of_fold(Phi, blocks, targets, y_index, C))
+                             else self._out_of_fold(fmap, Phi, blocks, targets, y_index, C))
             link = None if held_out is None else _fit_link_constant(*held_out,
                                                                     targets=targets)[0]
         if link is None:  # uncalibrated, or a class with fewer than 2 rows
@@ -392,15 +409,16 @@ class MVLSVM(BaseMultiViewClassifier):
         warn_if_not_converged(convergence)
         return self
 
-    def _choose_C(self, Phi: np.ndarray, blocks: list[MissingBlocks], targets: np.ndarray,
-                  y_index: np.ndarray) -> tuple[float, float | None, str, np.ndarray]:
+    def _choose_C(self, fmap: LandmarkMap, Phi: np.ndarray, blocks: list[MissingBlocks],
+                  targets: np.ndarray, y_index: np.ndarray
+                  ) -> tuple[float, float | None, str, np.ndarray]:
         """``C="auto"``: the candidate of ``C_GRID`` whose out-of-fold decision values, with
         their own fitted link constant, give the held-out rows the highest log-likelihood of
         Platt's targets.  Returns (C, its link constant, how, the negative log-likelihood per
         candidate); with fewer than 2 rows in a class, the grid's 100 and no link."""
         links, losses = [], []
         for C in C_GRID:
-            held_out, how = self._out_of_fold(Phi, blocks, targets, y_index, C)
+            held_out, how = self._out_of_fold(fmap, Phi, blocks, targets, y_index, C)
             if held_out is None:
                 return 100.0, None, how, np.full(len(C_GRID), np.nan)
             link, loss = _fit_link_constant(*held_out, targets=targets)
@@ -409,8 +427,9 @@ class MVLSVM(BaseMultiViewClassifier):
         best = int(np.argmin(losses))
         return C_GRID[best], links[best], how, np.asarray(losses)
 
-    def _out_of_fold(self, Phi: np.ndarray, blocks: list[MissingBlocks], targets: np.ndarray,
-                     y_index: np.ndarray, C: float) -> tuple[tuple | None, str]:
+    def _out_of_fold(self, fmap: LandmarkMap, Phi: np.ndarray, blocks: list[MissingBlocks],
+                     targets: np.ndarray, y_index: np.ndarray, C: float
+                     ) -> tuple[tuple | None, str]:
         """Each training row's decision value (and spread over its unknown blocks) from the
         SVM fitted on the stratified folds that leave it out: ``((f, sd, log_w), how)``."""
         folds = min(int(self.calibration_cv), int(np.bincount(y_index).min()))
@@ -425,7 +444,7 @@ class MVLSVM(BaseMultiViewClassifier):
                                          tol=self.tol)
             f[0, test] = Phi[test] @ theta.T + bias
             if blocks:
-                sd[0, test] = _block_sd(blocks, theta[None], N)[0, test]
+                sd[0, test] = _block_sd(blocks, fmap.whitened(theta[None]), N)[0, test]
         return (f, sd, np.zeros((1, 1, 1))), f"{folds}-fold out-of-fold"
 
     def _leave_one_out(self, idata: az.InferenceData, targets: np.ndarray, C: float
@@ -448,7 +467,8 @@ class MVLSVM(BaseMultiViewClassifier):
     @staticmethod
     def _landmark_dataset(fmap: LandmarkMap, n_train: int) -> xr.Dataset:
         data = {"landmark_indices": ("landmark", fmap.landmark_indices_),
-                "gamma": ("view", fmap.gamma_), "n_train": ((), n_train)}
+                "gamma": ("view", fmap.gamma_), "n_train": ((), n_train),
+                "whiten": ((), int(fmap.whiten))}
         for v, lm in enumerate(fmap.landmarks_):
             data[f"landmarks_{v}"] = (("landmark", f"view{v}_dim"), lm)
         if fmap.impute == "bayes":
@@ -467,10 +487,12 @@ class MVLSVM(BaseMultiViewClassifier):
         n_views = int(const["gamma"].size)
         prior = ((float(x) for x in const["imputation_prior"].values) if self.impute == "bayes"
                  else (None, None))
+        # a fit saved before whitening existed has no flag: its similarities were raw
+        whiten = bool(const["whiten"]) if "whiten" in const else False
         self.feature_map_ = LandmarkMap(
             const["landmark_indices"].values,
             tuple(const[f"landmarks_{v}"].values for v in range(n_views)),
-            const["gamma"].values, self.impute, *prior)
+            const["gamma"].values, self.impute, *prior, whiten=whiten)
         self.convergence_ = self._judge(self.idata_)
 
     # ------------------------------------------------------------ fitted info
@@ -511,7 +533,8 @@ class MVLSVM(BaseMultiViewClassifier):
         return _features(self.feature_map_, data)
 
     def transform(self, X) -> np.ndarray:
-        """Landmark features of X, (n_samples, L·V), missing blocks imputed (``impute``)."""
+        """Landmark features of X, (n_samples, L·V), missing blocks imputed (``impute``),
+        whitened when ``whiten``."""
         return self._test_features(X)[0]
 
     def fit_transform(self, X, y) -> np.ndarray:
@@ -532,7 +555,7 @@ class MVLSVM(BaseMultiViewClassifier):
         beta, bias = self._weights()
         D, T = bias.shape
         n = Phi.shape[0]
-        sd = _block_sd(blocks, beta, n)
+        sd = _block_sd(blocks, self.feature_map_.whitened(beta), n)
         log_w = np.full((D, 1, 1), -np.log(D))
         log_pos, log_neg = np.empty((n, T)), np.empty((n, T))
         step = max(1, _PREDICT_CHUNK // max(1, D * T * (_N_QUADRATURE if blocks else 1)))
@@ -583,20 +606,21 @@ class MVLSVM(BaseMultiViewClassifier):
 def _features(fmap: LandmarkMap, data: MultiViewData
               ) -> tuple[np.ndarray, list[MissingBlocks]]:
     """Landmark features of ``data`` (missing blocks at their imputation / conditional mean)
-    and, under ``impute="bayes"``, the Gaussian blocks whose uncertainty predictions
-    integrate."""
+    and, under ``impute="bayes"``, the Gaussian blocks (of similarities, before whitening)
+    whose uncertainty predictions integrate."""
     if fmap.impute == "bayes" and data.has_missing:
         M = fmap.similarities(data)
         blocks = fmap.missing_blocks(M, data.observed)
         for blk in blocks:
             M[blk.rows[:, None], blk.columns[None, :]] = blk.mean
-        return M, blocks
+        return fmap.whitened(M), blocks
     return fmap.transform(data), []
 
 
 def _block_sd(blocks: list[MissingBlocks], beta: np.ndarray, n: int) -> np.ndarray | None:
-    """Standard deviation of f that the unknown blocks leave, per draw of θ (draws, tasks,
-    features): (draws, n, tasks); None without unknown blocks."""
+    """Standard deviation of f that the unknown blocks leave, per draw of the weights of the
+    similarities (draws, tasks, features; ``LandmarkMap.whitened`` maps the features' weights
+    to them): (draws, n, tasks); None without unknown blocks."""
     if not blocks:
         return None
     sd = np.zeros((beta.shape[0], n, beta.shape[1]))
