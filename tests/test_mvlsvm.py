@@ -443,7 +443,7 @@ def test_bad_input_fails_early_with_clear_messages():
                           ({"impute": "mean"}, "impute must be"),
                           ({"gamma": -1.0}, "gamma must be positive"),
                           ({"gamma": [1.0, 2.0, 3.0]}, "gamma has 3 values"),
-                          ({"tune": -1}, "tune")):
+                          ({"tune": -1}, "tune"), ({"whiten": "yes"}, "whiten must be")):
         with pytest.raises(ValueError, match=match):
             clone(est).set_params(**params).fit(X, y)
     missing = [X[0], X[1].copy()]
