@@ -251,9 +251,17 @@ class LandmarkMap:
             return np.nan_to_num(M, nan=0.0)
         if self.impute == "landmarks":
             return self.least_squares_impute(M, data.observed)
-        for blk in self.missing_blocks(M, data.observed):
-            M[blk.rows[:, None], blk.columns[None, :]] = blk.mean
+        self.fill_conditional_means(M, data.observed)
         return M
+
+    def fill_conditional_means(self, M: np.ndarray, observed: np.ndarray
+                               ) -> list[MissingBlocks]:
+        """Set the missing blocks of ``M`` (in place) to their conditional means under the
+        probabilistic eq. 11 and return those Gaussian blocks (:meth:`missing_blocks`)."""
+        blocks = self.missing_blocks(M, observed)
+        for blk in blocks:
+            M[blk.rows[:, None], blk.columns[None, :]] = blk.mean
+        return blocks
 
     def _patterns(self, observed: np.ndarray):
         """Yield (observed-view mask, rows) for each missing-view pattern present."""

@@ -299,10 +299,11 @@ class BandwidthTransportMove(GibbsBlockStep):
         logl = np.sum(hinge_log_pseudolikelihood(Phi @ beta.T, s.targets, s.C))
         return float(logl - 0.5 * np.sum(np.asarray(v) * beta**2))
 
-    def state(self, nat: dict) -> tuple:
+    def state(self, nat: dict, Phi: np.ndarray | None = None) -> tuple:
         """``(Φ, Gaussian approximation, log density)`` at the point: what a proposal reads
-        at its start (and returns at its end)."""
-        Phi = self.spec.features(nat["H"], nat["Omega"])
+        at its start (and returns at its end); ``Phi`` the point's features if known."""
+        if Phi is None:
+            Phi = self.spec.features(nat["H"], nat["Omega"])
         return (Phi, self.gaussian_approximation(Phi, nat["v"]),
                 self.log_density(Phi, nat["beta"], nat["v"]))
 
@@ -324,10 +325,11 @@ class BandwidthTransportMove(GibbsBlockStep):
 
     def step(self, point):
         s, nat = self.spec, self.spec.natural(point)
-        if self.tune:
-            self.lam_average.add(s.features(nat["H"], nat["Omega"]) @ nat["beta"].T)
+        Phi = s.features(nat["H"], nat["Omega"])
+        if self.tune:  # before the state: its approximation reads λ̄ with this point's λ in
+            self.lam_average.add(Phi @ nat["beta"].T)
             self._spread_sum = self._spread_sum + np.sum(nat["Omega"] ** 2, axis=0)
-        m, current = s.latent_dim, self.state(nat)
+        m, current = s.latent_dim, self.state(nat, Phi)
         weights = self._spread_sum + 1e-12
         columns = self.rng.choice(m, size=self.proposals_per_sweep, p=weights / weights.sum())
         accepted = np.zeros(len(columns))

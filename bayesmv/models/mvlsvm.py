@@ -610,9 +610,7 @@ def _features(fmap: LandmarkMap, data: MultiViewData
     whose uncertainty predictions integrate."""
     if fmap.impute == "bayes" and data.has_missing:
         M = fmap.similarities(data)
-        blocks = fmap.missing_blocks(M, data.observed)
-        for blk in blocks:
-            M[blk.rows[:, None], blk.columns[None, :]] = blk.mean
+        blocks = fmap.fill_conditional_means(M, data.observed)
         return fmap.whitened(M), blocks
     return fmap.transform(data), []
 
