@@ -17,6 +17,8 @@ checks: accuracy within 1 point of the better tuned peer, Brier within 10 % of t
     python benchmarks/defaults.py                                  # every estimator
     python benchmarks/defaults.py --estimators RhoTMVRKM MVLSVM MVML MVM
     python benchmarks/defaults.py --tasks 3v5 --seeds 100
+    python benchmarks/defaults.py --estimators M3LAK --tasks low-high --seeds 200 \
+        --set n_frequencies=60
 
 M3LAK samples its posterior (4 chains by default) and costs minutes per fit; the others fit
 in seconds.  Run from the repository root.
@@ -30,6 +32,7 @@ import warnings
 from collections import defaultdict
 
 import numpy as np
+from m3lak_convergence import parse_settings
 from rhotmvrkm import OTHER_TASKS, TASKS, baselines, scores, task_splits
 
 from bayesmv import M3LAK, MVLSVM, MVM, MVML, RhoTMVRKM
@@ -39,7 +42,7 @@ ESTIMATORS = {"M3LAK": M3LAK, "MVM": MVM, "MVML": MVML, "MVLSVM": MVLSVM,
 PEERS = ("tuned SVC", "tuned LR", "calibrated SVC (Platt)")
 
 
-def run(tasks, seeds, estimators) -> list[dict]:
+def run(tasks, seeds, estimators, settings=None) -> list[dict]:
     rows = []
     for task, seed, Xtr, ytr, Xte, yte in task_splits(tasks, seeds):
         for name in estimators:
@@ -47,7 +50,7 @@ def run(tasks, seeds, estimators) -> list[dict]:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # convergence warnings are reported elsewhere
                 # seeded by the split: landmarks, subsets, random bases and chains repeat
-                est = ESTIMATORS[name](random_seed=seed).fit(Xtr, ytr)
+                est = ESTIMATORS[name](random_seed=seed, **(settings or {})).fit(Xtr, ytr)
             fit_s = time.perf_counter() - start
             rows.append({"task": task, "seed": seed, "method": name, "fit_s": fit_s,
                          **scores(yte, est.predict_proba(Xte), est.classes_)})
@@ -98,8 +101,11 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[100, 101, 102, 103, 104])
     parser.add_argument("--estimators", nargs="+", default=list(ESTIMATORS),
                         choices=list(ESTIMATORS))
+    parser.add_argument("--set", nargs="+", default=[], metavar="NAME=VALUE",
+                        help="parameters other than the defaults, for every estimator run "
+                             "(for trials on tuning seeds), e.g. n_frequencies=60")
     args = parser.parse_args()
-    summary(run(args.tasks, args.seeds, args.estimators))
+    summary(run(args.tasks, args.seeds, args.estimators, parse_settings(args.set)))
 
 
 if __name__ == "__main__":

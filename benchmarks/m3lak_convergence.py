@@ -124,7 +124,7 @@ def load_task(name: str) -> tuple[list[np.ndarray], np.ndarray, float]:
 TASKS = tuple(_slug(task) for task, *_ in accuracy_tasks(quick=False))
 
 
-def _parse_settings(items: list[str]) -> dict:
+def parse_settings(items: list[str]) -> dict:
     out = {}
     for item in items:
         name, _, text = item.partition("=")
@@ -154,7 +154,7 @@ def main() -> None:
     split = train_test_split(*views, y, test_size=test_size, stratify=y, random_state=0)
     X_train, X_test, y_train, y_test = split[0:-2:2], split[1:-2:2], split[-2], split[-1]
     extra = {k: v for k, v in (("draws", args.draws), ("tune", args.tune)) if v is not None}
-    extra.update(_parse_settings(args.set))
+    extra.update(parse_settings(args.set))
     print("seed | f: max R-hat, min bulk ESS, min tail ESS | tau: same | wall s | "
           "min bulk ESS/s of f | accuracy | Brier | ECE | f: median bulk ESS, max R-hat of a "
           "converged sampler at that ESS (noise floor)")

@@ -52,6 +52,7 @@ from bayesmv.components import (
 )
 from bayesmv.datasets import load_multiple_features
 from bayesmv.inference.engines import INFERENCES
+from bayesmv.models.mvm import DEFAULT_ENSEMBLE
 
 V = 3  # views in the small problem
 
@@ -242,9 +243,9 @@ def test_linear_sum_gaussian_exact_is_scikit_learns_ridge(small):
 def test_mvm_preset_is_the_composed_estimator_with_its_builder(small):
     X, y, Xt, _ = small
     mvm = MVM(rank=2, inference="map", random_seed=3).fit(X, y)
-    assert mvm.idata_.posterior.sizes["draw"] == 5  # the default: a five-mode ensemble
+    assert mvm.idata_.posterior.sizes["draw"] == DEFAULT_ENSEMBLE  # the default ensemble
     composed = MultiViewClassifier(mvm.make_builder(), inference="map", n_init=mvm.n_init,
-                                   ensemble=5, max_iter=mvm.max_iter, tol=mvm.tol,
+                                   ensemble=DEFAULT_ENSEMBLE, max_iter=mvm.max_iter, tol=mvm.tol,
                                    random_seed=3).fit(X, y)
     np.testing.assert_allclose(composed.predict_proba(Xt), mvm.predict_proba(Xt), atol=1e-8)
 
