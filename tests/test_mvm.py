@@ -24,6 +24,7 @@ from bayesmv import MVM, MVMRegressor
 from bayesmv.components import CPInteractionCombiner, LinearFeatures
 from bayesmv.data import check_views
 from bayesmv.inference.optimize import FlatLogp
+from bayesmv.models.mvm import DEFAULT_ENSEMBLE
 
 # ---------------------------------------------------------------- helpers
 
@@ -223,9 +224,10 @@ def test_map_recovers_planted_interaction_where_linear_fails():
     linear = LogisticRegression().fit(Z[tr], y[tr]).score(Z[te], y[te])
     assert acc > 0.9 and linear < 0.65, (acc, linear)
     assert est.idata_.posterior.attrs["inference"] == "map"
-    # the default MAP keeps five modes, one chain, best first; factors_ is the best one
+    # the default MAP keeps DEFAULT_ENSEMBLE modes, one chain, best first; factors_ is the
+    # best one
     post = est.idata_.posterior
-    assert post.sizes["chain"] == 1 and post.sizes["draw"] == 5
+    assert post.sizes["chain"] == 1 and post.sizes["draw"] == DEFAULT_ENSEMBLE
     assert np.all(np.diff(post.attrs["mode_logps"]) <= 0)
     assert [A.shape for A in est.factors_] == [(6, 4), (5, 4)]
 

@@ -79,7 +79,7 @@ class MultiViewClassifier(BaseMultiViewClassifier):
     ensemble : int or None, default 1
         Independent MAP fits, each the best of ``n_init`` starts, kept as the draws of one
         chain (best first) and averaged by ``predict_proba``: an equally weighted mixture of
-        modes (a deep ensemble).  None means one (unlike MVM, whose None is five for the
+        modes (a deep ensemble).  None means one (unlike MVM, whose None is ten for the
         MAP).  ``inference="map"`` only; a MAP that a
         registered exact solver finds (a convex objective, e.g. the hinge on fixed features:
         libsvm) has one mode and keeps one draw.
