@@ -20,7 +20,7 @@ checks: accuracy within 1 point of the better tuned peer, Brier within 10 % of t
     python benchmarks/defaults.py --estimators M3LAK --tasks low-high --seeds 200 \
         --set n_frequencies=60
 
-M3LAK samples its posterior (4 chains by default) and costs minutes per fit; the others fit
+M3LAK samples its posterior (2 chains by default) and costs minutes per fit; the others fit
 in seconds.  Run from the repository root.
 """
 
