@@ -146,6 +146,17 @@ def test_single_array_with_view_sizes_and_multiclass():
     np.testing.assert_allclose(proba.sum(axis=1), 1.0)
     # chance is 1/3; 60 draws of this tiny model scored 0.44-0.72 over seeds 1-17
     assert est.score(X_concat, y) > 0.4
+    # each draw's probability is the hinge likelihood of the one-hot label, written out:
+    # q_k ∝ ℓ_k(+1) Π_{j≠k} ℓ_j(-1) with ℓ(y | f) = exp(-2C max(0, 1 - y f)), then averaged
+    f = est._predictive_f(X_concat, sample_latent=True)
+    f = f.reshape(-1, *f.shape[-2:])  # (draws × h* draws, n, 3)
+    pos, neg = (np.exp(-2 * est.C * np.maximum(0, 1 - s * f)) for s in (1, -1))
+    q = np.stack([pos[..., k] * np.prod(np.delete(neg, k, axis=-1), axis=-1)
+                  for k in range(3)], axis=-1)
+    np.testing.assert_allclose(proba, np.mean(q / q.sum(axis=-1, keepdims=True), axis=0),
+                               rtol=1e-10)
+    np.testing.assert_array_equal(est.classes_[np.argmax(est.decision_function(X_concat), 1)],
+                                  est.predict(X_concat))
 
 
 def test_reproducible_with_random_seed():

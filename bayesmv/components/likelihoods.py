@@ -101,7 +101,7 @@ def class_probabilities(log_p: np.ndarray, axis: int | None = None, *,
     """
     log_p = np.asarray(log_p, dtype=float)
     if axis is not None:
-        log_p = logsumexp(log_p, axis=axis) - np.log(log_p.shape[axis])
+        log_p = log_mean_exp(log_p, axis=axis)
     if log_p.shape[-1] == 1:
         if log:
             with np.errstate(divide="ignore"):  # p = 1 exactly: log(1 - p) = -inf
@@ -116,6 +116,28 @@ def class_probabilities(log_p: np.ndarray, axis: int | None = None, *,
 #: bound on clipped log-odds: a quarter of the float range leaves a softmax's own
 #: subtraction room, and the clipped values still rank
 LOG_ODDS_LIMIT = np.finfo(float).max / 4
+
+
+def log_mean_exp(log_q: np.ndarray, axis: int = 0) -> np.ndarray:
+    """``log mean(exp(log_q))`` along ``axis``: probabilities averaged over draws, in logs."""
+    return logsumexp(log_q, axis=axis) - np.log(log_q.shape[axis])
+
+
+def class_log_odds(log_p: np.ndarray) -> np.ndarray:
+    """Log-odds of each class against the rest from log class probabilities (n, K).
+
+    Two classes: (n,), ``classes_[1]`` against ``classes_[0]``; more: (n, K), each class
+    against the others.  Clipped at ``±LOG_ODDS_LIMIT`` (a probability of exactly 1 has
+    infinite log-odds).  Inverting a likelihood's link at these gives the moderated decision
+    value (MacKay 1992), which ranks rows as the probabilities do.
+    """
+    log_p = np.asarray(log_p, dtype=float)
+    if log_p.shape[1] == 2:
+        log_odds = log_p[:, 1] - log_p[:, 0]
+    else:
+        with np.errstate(divide="ignore"):  # p = 1 exactly: log(1 - p) = -inf
+            log_odds = log_p - np.log(-np.expm1(log_p))
+    return np.clip(log_odds, -LOG_ODDS_LIMIT, LOG_ODDS_LIMIT)
 
 
 def one_hot_probabilities(log_pos: np.ndarray, log_neg: np.ndarray, *,

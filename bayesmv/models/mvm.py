@@ -20,7 +20,7 @@ import pandas as pd
 import scipy.sparse as sp
 import xarray as xr
 from pymc.util import get_untransformed_name, is_transformed_name
-from scipy.special import log_expit, logsumexp
+from scipy.special import log_expit
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.exceptions import DataConversionWarning, NotFittedError
 
@@ -34,9 +34,10 @@ from bayesmv.components import (
 )
 from bayesmv.components.interaction import factor_name
 from bayesmv.components.likelihoods import (
-    LOG_ODDS_LIMIT,
+    class_log_odds,
     hinge_decision_value,
     log_hinge_probability,
+    log_mean_exp,
     one_hot_probabilities,
 )
 from bayesmv.data import (
@@ -666,8 +667,7 @@ class MVM(_MVMCore, BaseMultiViewClassifier):
         """``log predict_proba(X)``, (n_samples, n_classes): at each retained draw of ``ŷ`` the
         one-hot label's likelihood (:func:`one_hot_probabilities`), averaged over the draws
         in log space (one draw for a single MAP)."""
-        log_q = self._log_class_probability_draws(X)
-        return logsumexp(log_q, axis=0) - np.log(log_q.shape[0])
+        return log_mean_exp(self._log_class_probability_draws(X))
 
     def _log_class_probability_draws(self, X) -> np.ndarray:
         """Log class probabilities per retained draw: (n_draws, n_samples, n_classes)."""
@@ -709,13 +709,7 @@ class MVM(_MVMCore, BaseMultiViewClassifier):
         if self._inference_kind() == "map" and self._n_modes() == 1:
             f = self._mean_f(X)
             return f[:, 0] if f.shape[1] == 1 else f
-        log_p = self._log_class_probabilities(X)
-        if log_p.shape[1] == 2:
-            log_odds = log_p[:, 1] - log_p[:, 0]
-        else:
-            with np.errstate(divide="ignore"):  # p = 1 exactly: log(1 - p) = -inf
-                log_odds = log_p - np.log(-np.expm1(log_p))
-        return self._link_inverse(np.clip(log_odds, -LOG_ODDS_LIMIT, LOG_ODDS_LIMIT))
+        return self._link_inverse(class_log_odds(self._log_class_probabilities(X)))
 
     def _class_probability_draws(self, X) -> np.ndarray:
         """Class probabilities per retained draw: (n_draws, n_samples, n_classes)."""
