@@ -31,7 +31,7 @@ RULES = ("one-hot (default)", "positive normalised")
 def _positive_log_probabilities(est, X) -> np.ndarray:
     """``log p(y_t = +1 | draw)`` of every task at every draw: (n_draws, n, T)."""
     if isinstance(est, M3LAK):
-        f = est._predictive_f(X, sample_latent=True)  # (draws, h* draws, n, T)
+        f = est._latent_draw_f(X)  # (draws, h* draws, n, T)
         return log_hinge_probability(f.reshape(-1, *f.shape[-2:]), est.C)
     return est._log_probability(est._predictive_f(X))
 

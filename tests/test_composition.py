@@ -250,6 +250,26 @@ def test_mvm_preset_is_the_composed_estimator_with_its_builder(small):
     np.testing.assert_allclose(composed.predict_proba(Xt), mvm.predict_proba(Xt), atol=1e-8)
 
 
+def test_mvm_multiclass_preset_is_the_composed_estimator_with_its_builder():
+    """Three classes: both average, over the modes, the likelihood of the one-hot label under
+    the one-vs-rest tasks (MVM's probability is its own code, the composed estimator's the
+    graph's f and the likelihood's link)."""
+    views, y = load_multiple_features(classes=(3, 5, 8))
+    rng = np.random.default_rng(1)
+    idx = rng.permutation(len(y))
+    tr, te = idx[:60], idx[60:90]
+    cols = [rng.choice(v.shape[1], size=6, replace=False) for v in views[:V]]
+    X = [v[tr][:, c] for v, c in zip(views, cols, strict=False)]
+    Xt = [v[te][:, c] for v, c in zip(views, cols, strict=False)]
+    mvm = MVM(rank=2, inference="map", random_seed=3).fit(X, y[tr])
+    composed = MultiViewClassifier(mvm.make_builder(), inference="map", n_init=mvm.n_init,
+                                   ensemble=DEFAULT_ENSEMBLE, max_iter=mvm.max_iter, tol=mvm.tol,
+                                   random_seed=3).fit(X, y[tr])
+    proba = composed.predict_proba(Xt)
+    np.testing.assert_allclose(proba, mvm.predict_proba(Xt), atol=1e-8)
+    assert proba.shape == (30, 3) and not np.allclose(proba, proba.mean(axis=0))
+
+
 @pytest.mark.python_ops
 def test_mvm_laplace_preset_is_the_composed_laplace_with_its_linearised_predictive(small):
     """The same mode, the same Gaussian draws, and the linearised predictive: MVM's from the
@@ -345,7 +365,10 @@ def test_m3lak_preset_is_the_composed_estimator_with_its_builder_and_hybrid(smal
     np.testing.assert_array_equal(composed_padded.idata_.posterior["f"].values,
                                   m3lak.idata_.posterior["f"].values)
     assert composed_padded.n_features_in_ == composed.n_features_in_ + 1
-    assert composed.predict_proba(Xt).shape == (len(Xt[0]), 2)
+    # and the same predictions: the graph's own f on the new rows at the same draws, with
+    # the same draws of the test latent h* | x*
+    assert composed.n_latent_draws == m3lak.n_latent_draws
+    np.testing.assert_array_equal(composed.predict_proba(Xt), m3lak.predict_proba(Xt))
 
 
 @pytest.mark.python_ops  # four small MAP fits: as fast as compiled code with a warm cache

@@ -148,7 +148,7 @@ def test_single_array_with_view_sizes_and_multiclass():
     assert est.score(X_concat, y) > 0.4
     # each draw's probability is the hinge likelihood of the one-hot label, written out:
     # q_k ∝ ℓ_k(+1) Π_{j≠k} ℓ_j(-1) with ℓ(y | f) = exp(-2C max(0, 1 - y f)), then averaged
-    f = est._predictive_f(X_concat, sample_latent=True)
+    f = est._latent_draw_f(X_concat)
     f = f.reshape(-1, *f.shape[-2:])  # (draws × h* draws, n, 3)
     pos, neg = (np.exp(-2 * est.C * np.maximum(0, 1 - s * f)) for s in (1, -1))
     q = np.stack([pos[..., k] * np.prod(np.delete(neg, k, axis=-1), axis=-1)
@@ -253,7 +253,7 @@ def test_hybrid_and_nuts_target_the_same_posterior():
             # judged below by the agreement itself, whatever the per-chain ESS thresholds say
             warnings.simplefilter("ignore", ConvergenceWarning)
             est.fit(X_train, y[:30])
-        f = est._predictive_f(X_test, sample_latent=False)[..., 0].reshape(2, draws, -1)
+        f = est._decision_draws(X_test)[..., 0].reshape(2, draws, -1)
         ds = az.convert_to_dataset({"f": f})
         with without_numba():  # ArviZ's numba path of the sd's MCSE fails on arrays
             summaries[sampler] = {

@@ -220,7 +220,7 @@ def no_heavy_work(monkeypatch):
     import bayesmv.models.mvlsvm as mvlsvm
     import bayesmv.models.mvml as mvml
 
-    monkeypatch.setattr(m3lak, "run_sampler", forbidden)
+    monkeypatch.setattr(m3lak.engines, "fit_sampler", forbidden)
     monkeypatch.setattr(RhoTMVRKM, "_choose_hyperparameters", forbidden)
     monkeypatch.setattr(RhoTMVRKM, "_fit_exact", forbidden)
     monkeypatch.setattr(mvml, "fit_metric", forbidden)

@@ -1,9 +1,10 @@
 """Generic inference engines: each fits any built model that meets its condition.
 
 An engine takes a :class:`~bayesmv.builder.BuiltModel` and returns an ``InferenceData``
-whose ``posterior`` holds draws (one draw for a point estimate) of every free variable and of
-the decision values ``f``, plus the attributes that describe the fit.  Which engines apply
-is decided from the pieces and the graph alone (:func:`why_not`), never from a preset's name:
+whose ``posterior`` holds draws (one draw for a point estimate) of every free variable (the
+samplers leave out per-row ones: :func:`traced_names`) and of the decision values ``f``,
+plus the attributes that describe the fit.  Which engines apply is decided from the pieces
+and the graph alone (:func:`why_not`), never from a preset's name:
 
 ========== ============================================================================
 exact      the posterior is Gaussian (Gaussian likelihood with fixed noise, f linear in
@@ -457,11 +458,22 @@ def fit_exact(built: BuiltModel, settings: EngineSettings
     return _gaussian_draws(built, flat, mode, settings, info), info
 
 
+def traced_names(built: BuiltModel) -> list[str]:
+    """What a sampler keeps: every free variable but the per-row ones (dims starting with
+    ``"sample"``: a shared latent's ``H``, the hinge augmentation's ``lam``), whose number
+    grows with the rows and which prediction on new rows does not read (it draws a new
+    row's latent from its conditional), and every deterministic (``f``, the DP weights)."""
+    model = built.model
+    dims = model.named_vars_to_dims
+    free = [rv.name for rv in model.free_RVs if (dims.get(rv.name) or (None,))[0] != "sample"]
+    return free + [d.name for d in model.deterministics]
+
+
 def fit_sampler(built: BuiltModel, settings: EngineSettings, inference: str
                 ) -> tuple[az.InferenceData, dict[str, Any]]:
-    """MCMC: NUTS, the hybrid scheme or the augmented hinge Gibbs sampler."""
-    trace = sorted(_free_names(built)) + ["f"] + [
-        n for n in ("noise_variance",) if n in built.model.named_vars]
+    """MCMC: NUTS, the hybrid scheme or the augmented hinge Gibbs sampler, keeping
+    :func:`traced_names`."""
+    trace = traced_names(built)
     common = dict(draws=settings.draws, tune=settings.tune, chains=settings.chains,
                   cores=settings.cores, random_seed=settings.random_seed, trace_vars=trace,
                   progressbar=settings.progressbar)

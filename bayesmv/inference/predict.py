@@ -122,3 +122,21 @@ class GraphPredictor(DrawFunction):
                  n_tasks: int) -> None:
         built = builder.build(data, None, fitted=fitted, n_outputs=n_tasks)
         super().__init__(built.model, built.context.state.get("prediction_inputs", {}))
+
+
+def prediction_rng(random_seed: int | None) -> np.random.Generator:
+    """The generator of a prediction's Monte-Carlo inputs (a shared latent's ``h*``): fixed
+    even without a ``random_seed``, so a prediction does not change from call to call."""
+    seed = np.random.SeedSequence(0 if random_seed is None else random_seed).spawn(3)[2]
+    return np.random.default_rng(seed)
+
+
+def with_input_draws(draws: dict[str, np.ndarray], predictor: DrawFunction,
+                     n_input_draws: int) -> dict[str, np.ndarray]:
+    """Each posterior draw repeated ``n_input_draws`` times in a row where ``f`` on new rows
+    has Monte-Carlo inputs (``predictor.extra``: a shared latent's conditional ``h* | x*``),
+    so the predictor draws them that many times per posterior draw; unchanged where it has
+    none (one evaluation per draw is then exact)."""
+    if not predictor.extra or n_input_draws == 1:
+        return draws
+    return {name: np.repeat(value, n_input_draws, axis=0) for name, value in draws.items()}

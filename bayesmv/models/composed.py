@@ -23,13 +23,14 @@ from bayesmv.components import LinearFeatures, LogisticLikelihood, SumCombiner
 from bayesmv.components.likelihoods import (
     GaussianLikelihood,
     HingeLikelihood,
-    class_probabilities,
     log_hinge_probability,
+    log_mean_exp,
+    one_hot_probabilities,
 )
 from bayesmv.components.linear import to_dense
 from bayesmv.data import MultiViewData, ViewStandardizer, label_tasks
 from bayesmv.inference import engines
-from bayesmv.inference.predict import GraphPredictor
+from bayesmv.inference.predict import GraphPredictor, prediction_rng, with_input_draws
 from bayesmv.inference.sample import check_nuts_sampler
 from bayesmv.models.base import BaseMultiViewClassifier, register, thinned_draws
 from bayesmv.params import check_ensemble, check_positive
@@ -92,6 +93,11 @@ class MultiViewClassifier(BaseMultiViewClassifier):
     nuts_sampler : {"pymc", "nutpie", "numpyro", "blackjax"}, default "pymc"
     max_predict_draws : int, default 200
         Evenly spaced posterior draws averaged by ``predict_proba``.
+    n_latent_draws : int, default 16
+        Draws of a shared latent's conditional ``h* | x*`` on new rows per posterior draw
+        (the same draws for every row, so a row's prediction does not depend on the rows
+        predicted with it); ignored without a shared latent, where ``f`` on new rows is a
+        function of the posterior draw alone.
     progressbar : bool, default False
         Show PyMC's progress bar while sampling (as the presets' ``progressbar``).
     laplace_curvature : {"auto", "full", "diagonal"}, default "auto"
@@ -104,7 +110,9 @@ class MultiViewClassifier(BaseMultiViewClassifier):
     Attributes
     ----------
     idata_ : arviz.InferenceData
-        Posterior (``f`` at the training rows and every free variable), sampler statistics.
+        Posterior (``f`` at the training rows, every free variable and deterministic; the
+        samplers leave out per-row variables such as a shared latent's ``H``, see
+        :func:`~bayesmv.inference.engines.traced_names`), sampler statistics.
     model_ : pymc.Model
         The fitted graph, for PyMC's own tools (``pm.model_to_graphviz(est.model_)``).
     builder_ : ModelBuilder
@@ -130,7 +138,8 @@ class MultiViewClassifier(BaseMultiViewClassifier):
                  tol: float = 1e-9,
                  target_accept: float = 0.9,
                  nuts_sampler: str = "pymc", max_predict_draws: int = 200,
-                 progressbar: bool = False, laplace_curvature: str = "auto") -> None:
+                 n_latent_draws: int = 16, progressbar: bool = False,
+                 laplace_curvature: str = "auto") -> None:
         self.builder = builder
         self.inference = inference
         self.draws = draws
@@ -147,6 +156,7 @@ class MultiViewClassifier(BaseMultiViewClassifier):
         self.target_accept = target_accept
         self.nuts_sampler = nuts_sampler
         self.max_predict_draws = max_predict_draws
+        self.n_latent_draws = n_latent_draws
         self.progressbar = progressbar
         self.laplace_curvature = laplace_curvature
 
@@ -158,7 +168,8 @@ class MultiViewClassifier(BaseMultiViewClassifier):
         if self.inference not in engines.INFERENCES:
             raise ValueError(f"inference must be one of {engines.INFERENCES}, got "
                              f"{self.inference!r}")
-        for name in ("draws", "chains", "n_init", "max_iter", "max_predict_draws"):
+        for name in ("draws", "chains", "n_init", "max_iter", "max_predict_draws",
+                     "n_latent_draws"):
             check_positive(name, getattr(self, name), integer=True)
         check_ensemble(self.ensemble, self.inference)
         if not isinstance(self.tune, numbers.Integral) or self.tune < 0:
@@ -320,39 +331,47 @@ class MultiViewClassifier(BaseMultiViewClassifier):
         wanted = list(predictor.names)
         post = self.idata_.posterior
         wanted += [n for n in ("sigma", "log_noise_variance", "noise_variance") if n in post]
-        # fixed even without a random_seed: a prediction must not change from call to call
-        seed = np.random.SeedSequence(0 if self.random_seed is None
-                                      else self.random_seed).spawn(3)[2]
-        rng = np.random.default_rng(seed)
+        rng = prediction_rng(self.random_seed)
         if post.attrs.get("laplace_predictive") == "linearised":
             # antithetic pairs of the linearised predictive (its mean is f at the mode
             # exactly): half as many draws, each used with its reflection
-            draws = thinned_draws(post, wanted, -(-int(self.max_predict_draws) // 2))
+            draws = with_input_draws(
+                thinned_draws(post, wanted, -(-int(self.max_predict_draws) // 2)),
+                predictor, int(self.n_latent_draws))
             fit = self.idata_.fit
             mode = {n: np.asarray(fit[n].values) for n in predictor.names}
             f = predictor.linearised(mode, {n: draws[n] for n in predictor.names}, rng,
                                      antithetic=True)
             return f, {n: np.concatenate([v, v]) for n, v in draws.items()}
-        draws = thinned_draws(post, wanted, int(self.max_predict_draws))
+        draws = with_input_draws(thinned_draws(post, wanted, int(self.max_predict_draws)),
+                                 predictor, int(self.n_latent_draws))
         f = predictor({n: draws[n] for n in predictor.names}, rng)
         return f, draws
+
+    def _log_class_probability_draws(self, X) -> np.ndarray:
+        """Log class probabilities per draw (posterior draw × draw of a shared latent's
+        ``h*``): the likelihood of the one-hot label under the one-vs-rest tasks, ``[1 - p,
+        p]`` for two classes.  Every likelihood here is symmetric, ``p(-1 | f) = p(+1 | -f)``."""
+        f, draws = self._draws_at(X)
+        return one_hot_probabilities(self._log_positive(f, draws),
+                                     self._log_positive(-f, draws), log=True)
 
     def _decision_draws(self, X) -> np.ndarray:
         return self._draws_at(X)[0]
 
     def _class_probability_draws(self, X) -> np.ndarray:
-        f, draws = self._draws_at(X)
-        return class_probabilities(self._log_positive(f, draws))
+        return np.exp(self._log_class_probability_draws(X))
 
     def predict_log_proba(self, X) -> np.ndarray:
         """Log posterior-predictive class probabilities (n_samples, n_classes)."""
-        f, draws = self._draws_at(X)
-        return class_probabilities(self._log_positive(f, draws), axis=0, log=True)
+        return log_mean_exp(self._log_class_probability_draws(X), axis=0)
 
     def predict_proba(self, X) -> np.ndarray:
-        """Posterior-predictive class probabilities: the likelihood's probability averaged
-        over the posterior draws (the modes of a MAP fit)."""
-        return np.exp(self.predict_log_proba(X))
+        """Posterior-predictive class probabilities: per draw, the likelihood of each class's
+        label (for more than two classes the one-hot label under the one-vs-rest tasks, the
+        softmax of their log-odds), averaged over the posterior draws (the modes of a MAP
+        fit) and the draws of a shared latent on the new rows."""
+        return np.minimum(np.exp(self.predict_log_proba(X)), 1.0)
 
     def decision_function(self, X) -> np.ndarray:
         """Log-odds of the posterior-predictive probability of ``classes_[1]`` (binary), or the

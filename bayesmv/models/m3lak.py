@@ -18,7 +18,7 @@ from bayesmv.components import (
     SharedLatent,
     SumCombiner,
 )
-from bayesmv.components.features import fourier_features, fourier_features_of_phases
+from bayesmv.components.features import fourier_features_of_phases
 from bayesmv.components.likelihoods import (
     class_log_odds,
     hinge_decision_value,
@@ -28,7 +28,9 @@ from bayesmv.components.likelihoods import (
 )
 from bayesmv.data import ViewStandardizer, label_tasks
 from bayesmv.diagnostics.convergence import check_convergence, warn_if_not_converged
-from bayesmv.inference.sample import check_nuts_sampler, run_sampler
+from bayesmv.inference import engines
+from bayesmv.inference.predict import GraphPredictor, prediction_rng, with_input_draws
+from bayesmv.inference.sample import check_nuts_sampler
 from bayesmv.models.base import BaseMultiViewClassifier, register, thinned_draws
 from bayesmv.params import check_positive
 
@@ -346,14 +348,14 @@ class M3LAK(BaseMultiViewClassifier):
         interrupted ``fit`` leaves a previous fit as it was.
         """
         built = self.build_model(X, y)
-        trace_vars = [rv.name for rv in built.model.free_RVs if rv.name not in ("H",)]
-        trace_vars += [d.name for d in built.model.deterministics]
+        settings = engines.EngineSettings(
+            draws=int(self.draws), tune=int(self.tune), chains=int(self.chains),
+            cores=self.cores, random_seed=self.random_seed, target_accept=self.target_accept,
+            nuts_sampler=self.nuts_sampler, progressbar=bool(self.progressbar))
         start = time.perf_counter()
-        idata = run_sampler(
-            built, sampler=self._method, draws=self.draws, tune=self.tune, chains=self.chains,
-            cores=self.cores, random_seed=self.random_seed, trace_vars=trace_vars,
-            progressbar=self.progressbar, target_accept=self.target_accept,
-            nuts_sampler=self.nuts_sampler)
+        # the composed estimator's engine: MultiViewClassifier(self.make_builder(),
+        # inference=self.inference) samples the same chains
+        idata, _ = engines.fit_sampler(built, settings, self._method)
         elapsed = time.perf_counter() - start
         idata.add_groups(observed_data=xr.Dataset(
             {"y": ("sample", built.y_index), "y_tasks": (("sample", "task"),
@@ -394,35 +396,39 @@ class M3LAK(BaseMultiViewClassifier):
         stacked = thinned_draws(self.idata_.posterior, names, self.max_predict_draws)
         return [{n: stacked[n][i] for n in names} for i in range(len(stacked["tau"]))]
 
-    def _predictive_f(self, X, *, sample_latent: bool) -> np.ndarray:
-        """Decision values per posterior draw: (n_draws[, n_latent], n, T)."""
+    def _latent_draw_f(self, X) -> np.ndarray:
+        """Decision values per posterior draw and draw of ``h* | x*``: (n_draws,
+        n_latent_draws, n, T), from the graph's own ``f`` on the new rows (the estimator
+        ``MultiViewClassifier(self.make_builder(), inference="hybrid")`` predicts with the
+        same values: the same draws, the same ``h*`` draws for a ``random_seed``)."""
+        data = self._prepare(X)  # checks the fit and X first
+        T = 1 if len(self.classes_) == 2 else len(self.classes_)
+        # the one fitted choice the graph reads on new rows: the latent dimensions
+        predictor = GraphPredictor(self.make_builder(), {"latent_dims": self.latent_dims_},
+                                   data, T)
+        draws = with_input_draws(
+            thinned_draws(self.idata_.posterior, predictor.names, self.max_predict_draws),
+            predictor, self.n_latent_draws)
+        f = predictor(draws, prediction_rng(self.random_seed))
+        return f.reshape(-1, self.n_latent_draws, *f.shape[1:])
+
+    def _decision_draws(self, X) -> np.ndarray:
+        """Per posterior draw, ``E[f* | x*, draw]`` with the test latent ``h*`` integrated out
+        exactly: (n_draws, n_samples, n_tasks)."""
         data = self._prepare(X)
         latent = self._latent()
-        rng = np.random.default_rng(np.random.SeedSequence(
-            [0 if self.random_seed is None else self.random_seed, 7919]))
         M = self._param("n_frequencies")
         out = []
         for draw in self._draws():
             mean, chols, pattern = latent.latent_posterior(draw, data)
             Omega, beta = draw["Omega"], draw["beta"]
-            if not sample_latent:
-                # E over h* ~ N(μ, P⁻¹) in closed form: E cos(ωᵀh) = cos(ωᵀμ)·exp(-ωᵀP⁻¹ω/2)
-                damp = np.empty((data.n_samples, M))
-                for p in range(len(chols)):
-                    Linv_omega = np.linalg.solve(chols[p], Omega.T)  # L⁻¹ ω_j
-                    damp[pattern == p] = np.exp(-0.5 * np.sum(Linv_omega**2, axis=0))
-                S = mean @ Omega.T
-                out.append(fourier_features_of_phases(damp * np.cos(S), damp * np.sin(S))
-                           @ beta.T)
-                continue
-            # common random numbers: every row uses the same z, so that a row's Monte-Carlo
-            # average does not change with the batch it is predicted in
-            z = rng.standard_normal((self.n_latent_draws, mean.shape[1]))
-            noise = np.empty((self.n_latent_draws,) + mean.shape)
+            # E over h* ~ N(μ, P⁻¹) in closed form: E cos(ωᵀh) = cos(ωᵀμ)·exp(-ωᵀP⁻¹ω/2)
+            damp = np.empty((data.n_samples, M))
             for p in range(len(chols)):
-                # h = μ + L^{-T} z  (row form z L⁻¹)
-                noise[:, pattern == p] = np.linalg.solve(chols[p], z.T).T[:, None, :]
-            out.append(fourier_features(mean + noise, Omega) @ beta.T)
+                Linv_omega = np.linalg.solve(chols[p], Omega.T)  # L⁻¹ ω_j
+                damp[pattern == p] = np.exp(-0.5 * np.sum(Linv_omega**2, axis=0))
+            S = mean @ Omega.T
+            out.append(fourier_features_of_phases(damp * np.cos(S), damp * np.sin(S)) @ beta.T)
         return np.asarray(out)
 
     def _log_class_probability_draws(self, X) -> np.ndarray:
@@ -430,7 +436,7 @@ class M3LAK(BaseMultiViewClassifier):
         (n_draws, n_latent_draws, n_samples, n_classes).  Two classes: the normalised hinge
         likelihood ``[ℓ(-1|f), ℓ(+1|f)] / (ℓ(+1|f) + ℓ(-1|f))``; more: the likelihood of the
         one-hot label under the one-vs-rest tasks (:func:`one_hot_probabilities`)."""
-        f = self._predictive_f(X, sample_latent=True)
+        f = self._latent_draw_f(X)
         return one_hot_probabilities(log_hinge_probability(f, self.C),
                                      log_hinge_probability(-f, self.C), log=True)
 
@@ -473,11 +479,6 @@ class M3LAK(BaseMultiViewClassifier):
         return np.minimum(np.exp(self._log_class_probabilities(X)), 1.0)
 
     # ------------------------------------------------------------ diagnostics
-    def _decision_draws(self, X) -> np.ndarray:
-        """Per posterior draw, ``E[f* | x*, draw]`` with the test latent ``h*`` integrated out
-        exactly: (n_draws, n_samples, n_tasks)."""
-        return self._predictive_f(X, sample_latent=False)
-
     def _class_probability_draws(self, X) -> np.ndarray:
         """Per posterior draw, the class probabilities averaged over the draws of ``h* | x*``:
         (n_draws, n_samples, n_classes); their mean over draws is ``predict_proba(X)`` (the
