@@ -335,7 +335,7 @@ def test_mvml_preset_with_a_fixed_metric_is_the_exact_composed_posterior(learn_A
 
 
 def test_mvlsvm_preset_is_the_composed_estimator_with_its_builder(small):
-    X, y, _, _ = small
+    X, y, Xt, _ = small
     svm = MVLSVM(C=10.0, random_seed=0).fit(X, y)
     composed = MultiViewClassifier(svm.make_builder(len(y), C=10.0), inference="map",
                                    random_seed=0).fit(X, y)
@@ -343,6 +343,13 @@ def test_mvlsvm_preset_is_the_composed_estimator_with_its_builder(small):
     for name in ("beta", "bias", "f"):
         np.testing.assert_allclose(composed.idata_.posterior[name].values,
                                    svm.idata_.posterior[name].values, atol=1e-8)
+    # with the fitted probability constant in the likelihood, the same probabilities: the
+    # graph's landmark features on the new rows against MVL-SVM's own map
+    calibrated = MultiViewClassifier(
+        svm.make_builder(len(y), C=10.0, link_constant=svm.link_constant_), inference="map",
+        random_seed=0).fit(X, y)
+    assert svm.link_constant_ != pytest.approx(10.0 / (2 * len(y)))  # a real calibration
+    np.testing.assert_allclose(calibrated.predict_proba(Xt), svm.predict_proba(Xt), atol=1e-8)
 
 
 @pytest.mark.timeout(300)

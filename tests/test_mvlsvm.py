@@ -396,7 +396,15 @@ def test_fitted_state_predictions_and_round_trip(digits, tmp_path):
     test[0][:5] = np.nan
     proba = est.predict_proba(test)
     np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+    # the one-hot label's likelihood under the tasks' averaged probabilities, written out:
+    # q_k ∝ p_k(+1) Π_{j≠k} p_j(-1)
+    pos, neg = (np.exp(lp) for lp in est._log_predictive(test))
+    q = np.stack([pos[:, k] * np.prod(np.delete(neg, k, axis=1), axis=1) for k in range(3)],
+                 axis=1)
+    np.testing.assert_allclose(proba, q / q.sum(axis=1, keepdims=True), rtol=1e-10)
     assert est.decision_function(test).shape == (40, 3)
+    np.testing.assert_array_equal(np.argmax(est.decision_function(test), axis=1),
+                                  np.argmax(proba, axis=1))
     path = est.save(tmp_path / "mvlsvm.nc")
     loaded = bayesmv.load(path)
     assert isinstance(loaded, MVLSVM) and loaded.get_params() == est.get_params()

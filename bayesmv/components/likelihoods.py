@@ -177,12 +177,30 @@ def one_hot_probabilities(log_pos: np.ndarray, log_neg: np.ndarray, *,
 
 
 class HingeLikelihood(Component):
-    """Max-margin hinge pseudo-likelihood with regularisation constant ``C``."""
+    """Max-margin hinge pseudo-likelihood ``exp(-2C·max(0, 1 - y f))``.
+
+    Parameters
+    ----------
+    C : float, default 1.0
+        The pseudo-likelihood's constant (the fit's density).
+    link_constant : float or None, default None
+        The constant c of the class probability that prediction reads,
+        ``p(+1 | f) = ℓ_c(+1|f) / (ℓ_c(+1|f) + ℓ_c(-1|f))`` (Sollich 2002); None: ``C``, the
+        fit's own pseudo-likelihood normalised over ±1.  A calibration fitted outside the
+        density (e.g. MVL-SVM's held-out ``link_constant_``) goes here; it does not change
+        the fit.
+    """
 
     consumes = (DECISION,)
 
-    def __init__(self, C: float = 1.0) -> None:
+    def __init__(self, C: float = 1.0, link_constant: float | None = None) -> None:
         self.C = C
+        self.link_constant = link_constant
+
+    @property
+    def probability_constant(self) -> float:
+        """The c of the class probability: ``link_constant``, else ``C``."""
+        return float(self.C if self.link_constant is None else self.link_constant)
 
     def build(self, ctx: BuildContext, f: pt.TensorVariable) -> None:
         if ctx.predicting:
@@ -203,7 +221,7 @@ class HingeLikelihood(Component):
         return hinge_log_pseudolikelihood(f, y, self.C)
 
     def probability(self, f: np.ndarray) -> np.ndarray:
-        return hinge_probability(f, self.C)
+        return hinge_probability(f, self.probability_constant)
 
 
 class GaussianLikelihood(Component):

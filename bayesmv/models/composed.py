@@ -308,7 +308,7 @@ class MultiViewClassifier(BaseMultiViewClassifier):
         if isinstance(lik, LogisticLikelihood):
             return log_expit(f)
         if isinstance(lik, HingeLikelihood):
-            return log_hinge_probability(f, float(lik.C))
+            return log_hinge_probability(f, lik.probability_constant)
         if isinstance(lik, GaussianLikelihood):
             # the graph's noise variance: σ² times the combiner's factor (the ϱ-tensor's 1/τ²)
             if "noise_variance" in draws:

@@ -23,10 +23,10 @@ from bayesmv.components.landmarks import (
     _check_gamma,
 )
 from bayesmv.components.likelihoods import (
-    class_probabilities,
     hinge_decision_value,
     hinge_log_pseudolikelihood,
     log_hinge_probability,
+    one_hot_probabilities,
 )
 from bayesmv.data import MultiViewData, ViewStandardizer, label_tasks
 from bayesmv.diagnostics.convergence import check_convergence, warn_if_not_converged
@@ -279,7 +279,8 @@ class MVLSVM(BaseMultiViewClassifier):
         return np.random.default_rng(landmarks), int(sampler.generate_state(1)[0])
 
     def make_builder(self, n_samples: int, feature_map: LandmarkMap | None = None,
-                     C: float | None = None) -> ModelBuilder:
+                     C: float | None = None, link_constant: float | None = None
+                     ) -> ModelBuilder:
         """The model graph: landmarks → θ ~ N(0, I) with a flat bias → hinge ``exp(-(C/N)·…)``.
 
         Parameters
@@ -291,6 +292,9 @@ class MVLSVM(BaseMultiViewClassifier):
             default the piece draws them at build time.
         C : float, optional
             The hinge cost; by default ``C`` (needed when ``C="auto"``: the chosen value).
+        link_constant : float, optional
+            The probability's constant (a fitted model's ``link_constant_``); by default the
+            pseudo-likelihood's own, ``C/(2N)``.
         """
         if feature_map is None:
             piece = self._landmark_map(random_seed=self._seeds()[0])
@@ -302,7 +306,7 @@ class MVLSVM(BaseMultiViewClassifier):
                 raise ValueError("C='auto' is chosen in fit: pass the hinge cost C")
             C = self.C
         return ModelBuilder(None, piece, SumCombiner(prior_precision=1.0, flat_bias=True),
-                            HingeLikelihood(C / (2.0 * n_samples)))
+                            HingeLikelihood(C / (2.0 * n_samples), link_constant))
 
     def _prepare_training(self, X, y):
         self._validate_params()
@@ -589,11 +593,13 @@ class MVLSVM(BaseMultiViewClassifier):
         ``p(y = +1 | f) = ℓ(+1|f) / (ℓ(+1|f) + ℓ(-1|f))`` (Sollich 2002) with
         ``ℓ(y|f) = exp(-2c·max(0, 1 - y f))`` and c the calibrated ``link_constant_`` (see
         Notes), averaged over posterior draws and, under ``impute="bayes"``, over the unknown
-        similarity blocks of X (Gauss–Hermite on f); one-vs-rest scores are renormalised to
-        sum to one (in log space, so that scores that all underflow to 0 still give a
-        distribution).
+        similarity blocks of X (Gauss–Hermite on f).  More than two classes: the likelihood
+        of the one-hot label under the one-vs-rest tasks, ``ℓ_k(+1) Π_{j≠k} ℓ_j(-1)``
+        normalised over the classes (the softmax of the tasks' log-odds,
+        :func:`~bayesmv.components.likelihoods.one_hot_probabilities`), of the averaged task
+        probabilities.
         """
-        return class_probabilities(self._log_predictive(X)[0])
+        return one_hot_probabilities(*self._log_predictive(X))
 
     def _decision_draws(self, X) -> np.ndarray:
         """Posterior draws of ``f`` at X, unknown blocks at their conditional means:
