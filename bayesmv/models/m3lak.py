@@ -88,14 +88,17 @@ class M3LAK(BaseMultiViewClassifier):
         ``"nuts"``: NUTS on the collapsed posterior (λ, U and DP assignments summed out).
         Both target the same posterior; the hybrid is far faster per effective draw (see
         ``benchmarks/sampler_scaling.py``).
-    draws, tune, chains : int, default 2000, 500, 2
+    draws, tune, chains : int, default 2000, 1000, 2
         Posterior draws and tuning iterations per chain, number of chains.  Some directions
         (the frequencies' Dirichlet-process mixture, the loadings of a small view) mix
-        slowly (see the README's Benchmarks), so the default keeps 2000 draws: with 4 chains
-        on the UCI digits 3 vs 5 a fit took 138-170 s on a 2-core machine (its speed varies
-        between about half and twice that), every training decision value reached a bulk ESS
-        of at least 901, and R-hat ≤ 1.010 on two of three seeds (1.011 on the third)
+        slowly (see the README's Benchmarks), so the default keeps 2000 draws after 1000
+        tuning iterations: with 4 chains on the UCI digits 3 vs 5 a fit took 107-113 s on a
+        2-core machine (its speed varies between about half and twice that), every training
+        decision value reached a bulk ESS of at least 2317 and R-hat ≤ 1.005 on seeds 0-2
         (``benchmarks/m3lak_convergence.py``; the README's Benchmarks has the other tasks).
+        500 tuning iterations (the default before 2026-11-29) left some chains short of
+        their adaptation: 1391-2072 there, and on breast cancer's tuning seeds 200 and 202
+        R-hat 1.011 and 1.042 (1.004 with 1000).
     cores : int or None
         Chains run in parallel on this many processes (one per chain, up to the CPU count,
         when None); one after the other inside a daemonic process such as a Dask worker.
@@ -179,7 +182,7 @@ class M3LAK(BaseMultiViewClassifier):
         C: float = 1.0,
         inference: str = "hybrid",
         draws: int = 2000,
-        tune: int = 500,
+        tune: int = 1000,
         chains: int = 2,
         cores: int | None = None,
         random_seed: int | None = None,
