@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import tempfile
 import warnings
 
 import numpy as np
@@ -240,6 +241,38 @@ def test_linear_sum_gaussian_exact_is_scikit_learns_ridge(small):
     assert np.all(np.abs(draws.mean(axis=0) - ref.coef_) < 5 * se + 1e-12)
 
 
+@pytest.mark.parametrize("link_slope", [None, 1.3])
+def test_exact_binary_probabilities_integrate_the_gaussian_predictive(link_slope, small):
+    """Two classes, inference="exact": ``p(+1 | x*) = E[sigmoid(s f*)]`` over the exact
+    predictive ``f* ~ N(x*ᵀβ̂, x*ᵀΣx*)`` (``Σ = (XᵀX/σ² + vI)⁻¹``, ``s = 2/σ²`` or the
+    likelihood's ``link_slope``), against scipy's adaptive quadrature of that integral; and
+    the MAP engine reaches the same mode in closed form."""
+    from scipy import integrate, stats
+    from scipy.special import expit
+
+    X, y, Xt, _ = small
+    precision, sigma = 2.0, 0.7
+    builder = ModelBuilder(None, LinearFeatures(), SumCombiner(precision),
+                           GaussianLikelihood(sigma, link_slope=link_slope))
+    est = MultiViewClassifier(builder, inference="exact", standardize=False,
+                              random_seed=0).fit(X, y)
+    A, At = np.hstack(X), np.hstack(Xt)
+    targets = np.where(y == est.classes_[1], 1.0, -1.0)
+    cov = np.linalg.inv(A.T @ A / sigma**2 + precision * np.eye(A.shape[1]))
+    mean = At @ (cov @ A.T @ targets / sigma**2)
+    sd = np.sqrt(np.einsum("ij,jk,ik->i", At, cov, At))
+    slope = 2.0 / sigma**2 if link_slope is None else link_slope
+    ref = [integrate.quad(lambda z, m=m, s=s: expit(slope * (m + s * z)) * stats.norm.pdf(z),
+                          -np.inf, np.inf, epsabs=1e-13)[0] for m, s in zip(mean, sd, strict=True)]
+    np.testing.assert_allclose(est.predict_proba(Xt)[:, 1], ref, atol=1e-9)
+    assert 0.05 < np.ptp(ref) and np.max(sd) > 0.1  # a real spread, a real variance
+    mode = MultiViewClassifier(builder, inference="map", standardize=False,
+                               random_seed=0).fit(X, y)
+    assert mode.idata_.posterior.attrs["solver"] == "gaussian_map"
+    np.testing.assert_allclose(mode.idata_.fit["beta"].values[0],
+                               est.idata_.fit["beta"].values[0], atol=1e-10)
+
+
 def test_mvm_preset_is_the_composed_estimator_with_its_builder(small):
     X, y, Xt, _ = small
     mvm = MVM(rank=2, inference="map", random_seed=3).fit(X, y)
@@ -323,6 +356,52 @@ def test_rhotmvrkm_preset_with_random_features_is_the_exact_composed_posterior(s
     assert composed._fitted()["noise_factor"] == pytest.approx(tau**-2)
 
 
+@pytest.mark.python_ops  # evaluates graphs a few times: gcc would be most of it
+def test_rhotmvrkm_preset_probabilities_are_the_composed_estimators(small):
+    """With random features, ϱTMV-RKM's probabilities from its builder: the defaults (MAP,
+    hyper-parameters chosen by the leave-one-out criterion, the paper's ``τg + b`` with the
+    temperature slope) by the MAP engine, two and three classes (one-vs-all: the one-hot
+    rule of plug-in bits is the paper's); the Laplace fits, with the likelihood's own
+    probabilities or the temperature slope, by the exact engine's integrated predictive."""
+    X, y, Xt, _ = small
+    rkm = RhoTMVRKM(n_frequencies=20, random_seed=0).fit(X, y)
+    builder = rkm.make_builder(rkm.kernels_, rkm.gamma_, rkm.rho_, rkm.alpha_,
+                               decision_rule="add", link_slope=rkm.slope_)
+    composed = MultiViewClassifier(builder, inference="map", random_seed=0).fit(X, y)
+    assert composed.idata_.posterior.attrs["solver"] == "gaussian_map"
+    np.testing.assert_allclose(composed.predict_proba(Xt), rkm.predict_proba(Xt), atol=1e-8)
+    np.testing.assert_allclose(composed.idata_.fit["f"].values,
+                               rkm.decision_function(X)[:, None], atol=1e-8)
+    bayes = RhoTMVRKM(n_frequencies=20, rho=0.5, alpha=0.1, gamma=0.1, inference="laplace",
+                      calibration="likelihood", random_seed=0).fit(X, y)
+    exact = MultiViewClassifier(bayes.make_builder(bayes.kernels_, bayes.gamma_, 0.5, 0.1),
+                                random_seed=0).fit(X, y)
+    assert exact.inference_ == "exact"
+    proba = exact.predict_proba(Xt)
+    np.testing.assert_allclose(proba, bayes.predict_proba(Xt), atol=1e-8)
+    assert np.ptp(proba[:, 1]) > 0.5
+    # and the Laplace fit's temperature-scaled τg + b, averaged over its Gaussian predictive
+    laplace = RhoTMVRKM(n_frequencies=20, inference="laplace", random_seed=0).fit(X, y)
+    exact = MultiViewClassifier(
+        laplace.make_builder(laplace.kernels_, laplace.gamma_, laplace.rho_, laplace.alpha_,
+                             decision_rule="add", link_slope=laplace.slope_),
+        random_seed=0).fit(X, y)
+    np.testing.assert_allclose(exact.predict_proba(Xt), laplace.predict_proba(Xt), atol=1e-8)
+    views, labels = load_multiple_features(classes=(3, 5, 8))
+    rng = np.random.default_rng(1)
+    idx = rng.permutation(len(labels))
+    cols = [rng.choice(v.shape[1], size=6, replace=False) for v in views[:V]]
+    X3 = [v[idx[:60]][:, c] for v, c in zip(views, cols, strict=False)]
+    Xt3 = [v[idx[60:90]][:, c] for v, c in zip(views, cols, strict=False)]
+    rkm3 = RhoTMVRKM(n_frequencies=20, random_seed=0).fit(X3, labels[idx[:60]])
+    composed3 = MultiViewClassifier(
+        rkm3.make_builder(rkm3.kernels_, rkm3.gamma_, rkm3.rho_, rkm3.alpha_,
+                          decision_rule="add", link_slope=rkm3.slope_),
+        inference="map", random_seed=0).fit(X3, labels[idx[:60]])
+    np.testing.assert_allclose(composed3.predict_proba(Xt3), rkm3.predict_proba(Xt3),
+                               atol=1e-8)
+
+
 @pytest.mark.parametrize("learn_A", ["identity", "cov"])
 @pytest.mark.python_ops  # evaluates graphs a few times: gcc would be most of it
 def test_mvml_preset_with_a_fixed_metric_is_the_exact_composed_posterior(learn_A, small):
@@ -332,6 +411,43 @@ def test_mvml_preset_with_a_fixed_metric_is_the_exact_composed_posterior(learn_A
     assert composed.inference_ == "exact"
     np.testing.assert_allclose(composed.idata_.fit["f"].values,
                                mvml.idata_.posterior["f"].values[0, 0], atol=1e-8)
+
+
+@pytest.mark.parametrize("settings", [{}, {"learn_A": "sparse", "learn_w": True}])
+@pytest.mark.python_ops  # evaluates graphs a few times: gcc would be most of it
+def test_mvml_preset_probabilities_are_the_composed_estimators(settings, small):
+    """A fitted MVML (learned metric, learned view weights, temperature slope) is the exact
+    composed posterior once its builder holds what it learned: the same f and the same
+    probabilities, MVML's Gaussian predictive against the engine's integrated one."""
+    X, y, Xt, _ = small
+    mvml = MVML(random_seed=0, **settings).fit(X, y)
+    builder = mvml.make_builder(metric=mvml.A_, view_weights=mvml.w_, link_slope=mvml.slope_)
+    composed = MultiViewClassifier(builder, random_seed=0).fit(X, y)
+    assert composed.inference_ == "exact"
+    np.testing.assert_allclose(composed.idata_.fit["f"].values,
+                               mvml.idata_.posterior["f"].values[0, 0], atol=1e-8)
+    proba = composed.predict_proba(Xt)
+    np.testing.assert_allclose(proba, mvml.predict_proba(Xt), atol=1e-8)
+    assert np.ptp(proba[:, 1]) > 0.5
+    # saved and loaded (the fixed metric travels as the piece's parameter)
+    with tempfile.TemporaryDirectory() as tmp:
+        composed.save(f"{tmp}/m")
+        np.testing.assert_array_equal(bayesmv.load(f"{tmp}/m").predict_proba(Xt), proba)
+
+
+def test_fixed_metric_and_view_weights_are_checked_against_the_features(small):
+    X, y, _, _ = small
+    for combiner, match in ((BlockMetricCombiner(metric=np.eye(3)), "metric must be finite"),
+                            (BlockMetricCombiner(view_weights=[0.5, 0.5]), "view_weights"),
+                            (BlockMetricCombiner(learn_w=True, view_weights=[1, 1, 1]),
+                             "cannot be given with learn_w")):
+        builder = ModelBuilder(None, NystromFeatures(8), combiner, GaussianLikelihood(1.0))
+        with pytest.raises(ValueError, match=match):
+            MultiViewClassifier(builder, random_seed=0).fit(X, y)
+    builder = ModelBuilder(None, ViewRandomFeatures(4, ["rbf"] * V, [0.1] * V),
+                           RhoTensorCombiner(0.5, decision_rule="paper"), GaussianLikelihood())
+    with pytest.raises(ValueError, match="decision_rule must be one of"):
+        MultiViewClassifier(builder, random_seed=0).fit(X, y)
 
 
 def test_mvlsvm_preset_is_the_composed_estimator_with_its_builder(small):

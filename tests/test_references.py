@@ -169,9 +169,7 @@ def test_rhotmvrkm_laplace_predictive_is_the_gp_predictive_with_a_flat_bias():
     assert var.min() > 0.05 * var.max()  # the bias's share keeps them away from zero
     # predict_proba: the normalised Gaussian likelihood sigmoid(2τ²h/λ), averaged over h
     p = _expected_sigmoid_by_quadrature(mean, var, 2 * tau**2 / lam)
-    # 1e-4, not rounding: expected_sigmoid's 64-node Gauss–Hermite is off by up to ~4e-5
-    # where scale·sd approaches its switch to the sharp-sigmoid rule at 5 (here up to ~4.5)
-    np.testing.assert_allclose(est.predict_proba(Xt)[:, 1], p, rtol=0, atol=1e-4)
+    np.testing.assert_allclose(est.predict_proba(Xt)[:, 1], p, rtol=0, atol=1e-9)
 
 
 def test_rhotmvrkm_random_feature_variance_is_the_gp_variance_of_the_feature_kernel():

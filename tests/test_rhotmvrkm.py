@@ -250,7 +250,10 @@ def test_laplace_and_map_agree_and_laplace_probabilities_average_the_posterior()
 
 
 @pytest.mark.parametrize("m,v,s", [(0.3, 0.04, 2.0), (0.3, 0.04, 200.0), (-0.02, 1e-4, 1e4),
-                                   (0.5, 2.0, 0.1), (-1.0, 0.04, 50.0)])
+                                   (0.5, 2.0, 0.1), (-1.0, 0.04, 50.0),
+                                   # scale·sd 3 and 4.5, where 64 Gauss–Hermite nodes were
+                                   # off by 1e-7 and 4e-5
+                                   (0.54, 0.5852, 4.08), (-0.3, 0.09, 15.0)])
 def test_expected_sigmoid_matches_quadrature(m, v, s):
     sd = np.sqrt(v)
     ref = integrate.quad(lambda h: expit(s * h) * stats.norm.pdf(h, m, sd), m - 14 * sd,

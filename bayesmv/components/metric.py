@@ -178,6 +178,12 @@ class BlockMetricCombiner(Component):
     learn_w : bool, default False
         Learn the view weights (on the simplex) instead of fixing them at ``1/V``.
     objective : {"paper", "bayes"}
+    metric : array-like (n, n) or (n_tasks, n, n), or None
+        A fixed metric used as given (e.g. a fitted MVML's ``A_``), instead of learning one
+        or ``learn_A``'s fixed choice; n is the features' total width.
+    view_weights : array-like (V,) or (n_tasks, V), or None
+        Fixed view weights (e.g. a fitted MVML's ``w_``) instead of ``1/V``; not with
+        ``learn_w``.
     lmbda, eta : float or None
         Deprecated aliases of ``alpha`` and ``metric_penalty``; when given they take
         precedence, with a ``FutureWarning``.
@@ -196,7 +202,7 @@ class BlockMetricCombiner(Component):
 
     def __init__(self, alpha: float = 0.1, metric_penalty: float = 1.0, learn_A: str = "full",
                  learn_w: bool = False, objective: str = "paper", lmbda: float | None = None,
-                 eta: float | None = None) -> None:
+                 eta: float | None = None, metric=None, view_weights=None) -> None:
         self.alpha = alpha
         self.metric_penalty = metric_penalty
         self.learn_A = learn_A
@@ -204,6 +210,8 @@ class BlockMetricCombiner(Component):
         self.objective = objective
         self.lmbda = lmbda
         self.eta = eta
+        self.metric = metric
+        self.view_weights = view_weights
 
     def check_params(self) -> None:
         """Raise ValueError naming the first invalid parameter."""
@@ -215,6 +223,18 @@ class BlockMetricCombiner(Component):
             raise ValueError(f"objective must be one of {OBJECTIVES}, got {self.objective!r}")
         if not isinstance(self.learn_w, bool | np.bool_):
             raise ValueError(f"learn_w must be True or False, got {self.learn_w!r}")
+        if self.learn_w and self.view_weights is not None:
+            raise ValueError("view_weights fixes the view weights; it cannot be given with "
+                             "learn_w=True")
+
+    def _fixed(self, name: str, value, shape: tuple[int, ...]) -> np.ndarray:
+        """A fixed array parameter broadcast to one copy per task, or a clear error."""
+        arr = np.asarray(value, dtype=float)
+        if arr.shape not in (shape[1:], shape) or not np.all(np.isfinite(arr)):
+            raise ValueError(f"BlockMetricCombiner: {name} must be finite with shape "
+                             f"{shape[1:]} or {shape} for these features and tasks, got "
+                             f"shape {arr.shape}")
+        return np.broadcast_to(arr, shape)
 
     # ------------------------------------------------------------------ numpy side
     @staticmethod
@@ -241,11 +261,13 @@ class BlockMetricCombiner(Component):
 
         if self.learn_w:
             w = pm.Dirichlet("w", a=np.ones((T, V)), dims=("task", "view"))
+        elif self.view_weights is not None:
+            w = pt.as_tensor(self._fixed("view_weights", self.view_weights, (T, V)).copy())
         else:
             w = pt.as_tensor(np.full((T, V), 1.0 / V))
         w_feat = w[:, view_of_feature]                                   # (T, n)
 
-        if self.learn_A in ("full", "sparse"):
+        if self.learn_A in ("full", "sparse") and self.metric is None:
             rows, cols = np.tril_indices(n)
             ctx.add_coord("metric_entry", rows.size)
             packed = WideFlat("A_chol", dims=("task", "metric_entry"))
@@ -259,24 +281,32 @@ class BlockMetricCombiner(Component):
                 pm.Potential("A_prior",
                              -self._param("metric_penalty") * pt.sum(block_group_norm(A, sizes)))
         else:
-            # the training rows' metric (MVML_Cov's depends on the features), also on new rows
-            A_np = ctx.fitted_state("fixed_metric",
-                                    lambda: self.fixed_metric(self.problem(ctx)))
-            L_np = psd_factor(A_np)
-            if L_np.shape[1] == n and np.allclose(L_np, np.tril(L_np)):
-                L = pt.as_tensor(np.broadcast_to(L_np, (T, n, n)).copy())
-                g = self._g_given_square_factor(L, alpha, T)
+            if self.metric is not None:
+                factors = [psd_factor(A) for A in self._fixed("metric", self.metric, (T, n, n))]
             else:
-                # rank-deficient fixed A (MVML_Cov with fewer rows than features): g lives in
-                # range(A); write g = L h with h ~ N(0, I/(2λ)) (paper: penalty λ||h||²)
-                k = L_np.shape[1]
+                # the training rows' metric (MVML_Cov's depends on the features), also on
+                # new rows
+                A_np = ctx.fitted_state("fixed_metric",
+                                        lambda: self.fixed_metric(self.problem(ctx)))
+                factors = [psd_factor(A_np)] * T
+            if all(F.shape[1] == n and np.allclose(F, np.tril(F)) for F in factors):
+                g = self._g_given_square_factor(pt.as_tensor(np.stack(factors)), alpha, T)
+            else:
+                # a rank-deficient A (MVML_Cov with fewer rows than features, a view the
+                # sparse metric dropped): g lives in range(A); write g = L h with
+                # h ~ N(0, I/(2λ)) (paper: penalty λ||h||²), each task's L padded with zero
+                # columns to the largest rank
+                k = max(F.shape[1] for F in factors)
+                L_np = np.zeros((T, n, k))
+                for t, F in enumerate(factors):
+                    L_np[t, :, :F.shape[1]] = F
                 ctx.add_coord("metric_rank", k)
                 if self.objective == "bayes":
                     h = pm.Normal("h", 0.0, 1.0 / np.sqrt(2 * alpha), dims=("task", "metric_rank"))
                 else:
                     h = WideFlat("h", dims=("task", "metric_rank"))
                     pm.Potential("g_penalty", -alpha * pt.sum(h**2))
-                g = pm.Deterministic("g", h @ pt.as_tensor(L_np.T),
+                g = pm.Deterministic("g", pt.sum(pt.as_tensor(L_np) * h[:, None, :], axis=-1),
                                      dims=("task", "nystrom_feature"))
         return pm.Deterministic("f", features.linear(w_feat * g), dims=("sample", "task"))
 
@@ -292,7 +322,7 @@ class BlockMetricCombiner(Component):
     def initial_values(self, ctx: BuildContext, rng=None) -> dict[str, np.ndarray]:
         n, T = int(sum(ctx.state["block_sizes"])), ctx.n_tasks
         out: dict[str, np.ndarray] = {}
-        if self.learn_A in ("full", "sparse"):
+        if self.learn_A in ("full", "sparse") and self.metric is None:
             L0 = psd_factor(initial_metric(self.problem(ctx), "full"))
             out["A_chol"] = np.tile(L0[np.tril_indices(n)], (T, 1))
             out["g"] = np.zeros((T, n))

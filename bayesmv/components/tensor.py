@@ -68,6 +68,10 @@ def feature_design(per_view: Sequence, joint, rho, eta: float):
     return xp.concatenate(blocks, axis=1) / (tau * np.sqrt(eta))
 
 
+#: what the graph's ``f`` is with random features (see :class:`RhoTensorCombiner`)
+DECISION_RULES = ("model", "add")
+
+
 class RhoTensorCombiner(Component):
     """Mix the views' kernels (or feature blocks) with the ϱ-tensor rule.
 
@@ -77,26 +81,41 @@ class RhoTensorCombiner(Component):
         ϱ ∈ [0, 1]; ``None`` makes it a free hyper-parameter with a uniform prior.
     eta : float
         The paper's η: the prior covariance of the decision values is ``K_ϱ / (η τ²)``.
+    decision_rule : {"model", "add"}, default "model"
+        What the graph's ``f`` (the decision value prediction reads) is, with random
+        features: ``"model"``, the Gaussian model's ``g + b``; ``"add"``, the paper's
+        eq. 15, ``τg + b`` (its linear system is τ times the model's).  The likelihood sees
+        ``g + b`` either way, so the fit is the same.
     """
 
     consumes = (GRAMS, VIEW_FEATURES)
     produces = GAUSSIAN_PROCESS
     requires = {VIEW_FEATURES: frozenset({PRODUCT_BLOCK})}
 
-    def __init__(self, rho: float | None = 0.5, eta: float = 1.0) -> None:
+    def __init__(self, rho: float | None = 0.5, eta: float = 1.0,
+                 decision_rule: str = "model") -> None:
         self.rho = rho
         self.eta = eta
+        self.decision_rule = decision_rule
 
     def build(self, ctx: BuildContext, kernels) -> LatentGaussian:
+        if self.decision_rule not in DECISION_RULES:
+            raise ValueError(f"RhoTensorCombiner: decision_rule must be one of "
+                             f"{DECISION_RULES}, got {self.decision_rule!r}")
         rho = self.rho if self.rho is not None else pm.Uniform("rho", 0.0, 1.0)
         bias = WideFlat("b", dims="task")
         if isinstance(kernels, ViewFeatures):  # random features: per-view and product blocks
             Psi = feature_design(kernels.tensors, kernels.product, rho, self.eta)
             ctx.add_coord("weight", int(Psi.shape[1].eval()))
             theta = pm.Normal("theta", 0.0, 1.0, dims=("task", "weight"))
-            f = pm.Deterministic("f", Psi @ theta.T + bias, dims=("sample", "task"))
-            return LatentGaussian(mean=f, cov=None,
-                                  noise_factor=tau_of(rho, len(kernels.tensors)) ** -2)
+            tau = tau_of(rho, len(kernels.tensors))
+            g = Psi @ theta.T
+            if self.decision_rule == "model":
+                h = pm.Deterministic("f", g + bias, dims=("sample", "task"))
+            else:
+                pm.Deterministic("f", tau * g + bias, dims=("sample", "task"))
+                h = g + bias
+            return LatentGaussian(mean=h, cov=None, noise_factor=tau**-2)
         tau = tau_of(rho, len(kernels))
         return LatentGaussian(mean=bias, cov=combine_kernels(kernels, rho) / (self.eta * tau**2),
                               noise_factor=tau**-2)

@@ -11,7 +11,8 @@ exact      the posterior is Gaussian (Gaussian likelihood with fixed noise, f li
            Gaussian random variables: checked on the graph's gradient): its mode is one
            Newton step from anywhere and its covariance the inverse negative Hessian
 map        L-BFGS-B on the graph's log density from dispersed starts (a registered fast
-           solver when one serves the pieces: the SVM solver for a hinge on fixed features)
+           solver when one serves the pieces: the SVM solver for a hinge on fixed features,
+           the closed-form mode of a Gaussian posterior)
 laplace    a Gaussian at that mode with the exact (full) curvature up to FULL_HESSIAN_MAX
            parameters, else its exact diagonal (a closed form where a curvature strategy
            serves the pieces); not for the hinge, whose curvature is zero almost everywhere
@@ -61,6 +62,12 @@ AUTO_ORDER = ("exact", "gibbs", "hybrid", "nuts")
 FULL_HESSIAN_MAX = 3000
 #: above this Pareto k̂ of its draws a Gaussian approximation is warned about (Vehtari et al.)
 LAPLACE_KHAT_MAX = 0.7
+#: curvature below this fraction of the largest is a flat direction of a Laplace
+#: approximation (a factor model's near-symmetries), given zero variance
+LAPLACE_FLAT_TOL = 1e-6
+#: a Gaussian posterior's precision is positive definite: only curvature at rounding level is
+#: flat (an unstandardised design's spectrum spans more than 1e6)
+EXACT_FLAT_TOL = 1e-12
 #: the Laplace engine's curvatures (see :func:`laplace_curvature`)
 CURVATURES = ("auto", "full", "diagonal")
 
@@ -116,6 +123,13 @@ def flat_logp(built: BuiltModel, jacobian: bool) -> FlatLogp:
     return built.cache[key]
 
 
+def untransformed_logp(built: BuiltModel) -> FlatLogp:
+    """The compiled log density of a graph without constrained variables, where it makes no
+    difference whether it includes the (absent) Jacobian: whichever is compiled already."""
+    cached = built.cache.get(("flat_logp", False))
+    return cached if cached is not None else flat_logp(built, True)
+
+
 def _not_gaussian(built: BuiltModel) -> str | None:
     """Why the posterior is not exactly Gaussian.
 
@@ -132,7 +146,7 @@ def _not_gaussian(built: BuiltModel) -> str | None:
     transformed = [v.name for v in model.value_vars if is_transformed_name(v.name)]
     if transformed:
         return f"the graph has constrained variables ({transformed})"
-    flat = flat_logp(built, True)
+    flat = untransformed_logp(built)
     if flat.size > FULL_HESSIAN_MAX:
         return f"{flat.size} parameters (a full Hessian is formed up to {FULL_HESSIAN_MAX})"
     rng = np.random.default_rng(0)
@@ -267,7 +281,26 @@ def _svm_map(built: BuiltModel, settings: EngineSettings) -> dict[str, np.ndarra
     return {"beta": theta / np.sqrt(v), "bias": bias}
 
 
-MAP_STRATEGIES: list[Callable[[BuiltModel, EngineSettings], dict | None]] = [_svm_map]
+def gaussian_mode(flat: FlatLogp) -> np.ndarray:
+    """The mode (and mean) of a Gaussian posterior: its log density is quadratic, so one
+    Newton step from any point reaches it."""
+    x0 = np.zeros(flat.size)
+    _, grad = flat(x0)
+    with threadpool_limits(limits=1, user_api="blas"):
+        return x0 - np.linalg.solve(full_hessian(flat, x0), grad)
+
+
+def _gaussian_map(built: BuiltModel, settings: EngineSettings) -> dict[str, np.ndarray] | None:
+    """Registered fast MAP: where the posterior is Gaussian (:func:`_not_gaussian`), its
+    mode in closed form (:func:`gaussian_mode`), the exact engine's posterior mean."""
+    if not isinstance(built.builder.likelihood, GaussianLikelihood) or _not_gaussian(built):
+        return None
+    flat = untransformed_logp(built)
+    return flat.to_point(gaussian_mode(flat))
+
+
+MAP_STRATEGIES: list[Callable[[BuiltModel, EngineSettings], dict | None]] = [
+    _svm_map, _gaussian_map]
 
 
 def fixed_design(built: BuiltModel) -> np.ndarray:
@@ -358,13 +391,14 @@ def draw_rng(settings: EngineSettings) -> np.random.Generator:
 
 def _gaussian_draws(built: BuiltModel, flat: FlatLogp, mode: np.ndarray,
                     settings: EngineSettings, info: dict[str, Any],
-                    curvature: str = "full", linearise: bool = False) -> az.InferenceData:
+                    curvature: str = "full", linearise: bool = False,
+                    flat_tol: float = LAPLACE_FLAT_TOL) -> az.InferenceData:
     """Draws of a Gaussian at ``mode`` as the posterior (the exact engine's, where it is the
     posterior, and the Laplace engine's).  ``linearise``: ``f`` at the draws is the
     linearised predictive (:meth:`~bayesmv.inference.predict.DrawFunction.linearised`)
     where ``f`` depends on unconstrained variables only (``info["laplace_predictive"]``)."""
     lap, X, khat = gaussian_at_mode(built, flat, mode, settings.draws, draw_rng(settings),
-                                    curvature)
+                                    curvature, flat_tol)
     to_named = point_function(built)
     info.update(laplace_khat=khat, laplace_flat_directions=lap.n_clipped,
                 laplace_curvature=lap.curvature)
@@ -399,8 +433,26 @@ def laplace_curvature(curvature: str, n_parameters: int, full_max: int = FULL_HE
     return curvature
 
 
+def full_gaussian(built: BuiltModel, flat: FlatLogp, mode: np.ndarray,
+                  flat_tol: float = LAPLACE_FLAT_TOL) -> LaplaceResult:
+    """The Gaussian at ``mode`` with the exact full curvature (the full Laplace
+    approximation; the exact engine's posterior with ``flat_tol=EXACT_FLAT_TOL``), exact
+    symmetries' flat directions left out."""
+    with threadpool_limits(limits=1, user_api="blas"):
+        return laplace_approximation(flat, mode, curvature="full", flat_tol=flat_tol,
+                                     null_directions=flat_directions(built, flat, mode))
+
+
+def exact_posterior(built: BuiltModel) -> tuple[FlatLogp, LaplaceResult]:
+    """The compiled log density and the exact Gaussian posterior of a model whose posterior
+    is Gaussian (:func:`_not_gaussian`): its mode and full covariance factor."""
+    flat = untransformed_logp(built)
+    return flat, full_gaussian(built, flat, gaussian_mode(flat), EXACT_FLAT_TOL)
+
+
 def gaussian_at_mode(built: BuiltModel, flat: FlatLogp, mode: np.ndarray, draws: int,
-                     rng: np.random.Generator, curvature: str = "full"
+                     rng: np.random.Generator, curvature: str = "full",
+                     flat_tol: float = LAPLACE_FLAT_TOL
                      ) -> tuple[LaplaceResult, np.ndarray, float]:
     """The Laplace approximation at ``mode`` with ``curvature`` ("full" or "diagonal"),
     ``draws`` value-space draws of it and their Pareto k̂ against the log density.
@@ -408,11 +460,10 @@ def gaussian_at_mode(built: BuiltModel, flat: FlatLogp, mode: np.ndarray, draws:
     The curvature strategies registered for the pieces (:mod:`bayesmv.inference.curvature`)
     give a closed-form diagonal and the flat directions of exact symmetries; without one
     the diagonal comes from Hessian-vector products."""
-    with threadpool_limits(limits=1, user_api="blas"):
-        if curvature == "full":
-            lap = laplace_approximation(flat, mode, curvature="full",
-                                        null_directions=flat_directions(built, flat, mode))
-        else:
+    if curvature == "full":
+        lap = full_gaussian(built, flat, mode, flat_tol)
+    else:
+        with threadpool_limits(limits=1, user_api="blas"):
             lap = laplace_approximation(flat, mode, curvature="diagonal",
                                         neg_hessian_diagonal=fast_diagonal(built, flat))
     X, log_q = lap.sample(draws, rng)
@@ -449,13 +500,9 @@ def fit_exact(built: BuiltModel, settings: EngineSettings
     any point reaches the mode (also the posterior mean, stored as the ``fit`` group) and the
     Laplace approximation there is the posterior."""
     flat = flat_logp(built, True)
-    x0 = np.zeros(flat.size)
-    _, grad = flat(x0)
-    with threadpool_limits(limits=1, user_api="blas"):
-        H = full_hessian(flat, x0)
-        mode = x0 - np.linalg.solve(H, grad)
+    mode = gaussian_mode(flat)
     info = {"inference": "exact", "map_logp": float(flat(mode)[0])}
-    return _gaussian_draws(built, flat, mode, settings, info), info
+    return _gaussian_draws(built, flat, mode, settings, info, flat_tol=EXACT_FLAT_TOL), info
 
 
 def traced_names(built: BuiltModel) -> list[str]:

@@ -23,6 +23,7 @@ from bayesmv.components import LinearFeatures, LogisticLikelihood, SumCombiner
 from bayesmv.components.likelihoods import (
     GaussianLikelihood,
     HingeLikelihood,
+    log_expected_sigmoid,
     log_hinge_probability,
     log_mean_exp,
     one_hot_probabilities,
@@ -60,6 +61,10 @@ class MultiViewClassifier(BaseMultiViewClassifier):
         ``f(θ̂) + J(θ̂)(θ_s − θ̂)`` in antithetic pairs (its mean is f at the mode exactly),
         where f depends on unconstrained variables only, else with f at the draws
         (``idata_.posterior.attrs["laplace_predictive"]`` says which).
+        ``inference="exact"`` with two classes integrates the exact Gaussian predictive of
+        ``f`` in closed form (see :meth:`predict_proba`); where the posterior is Gaussian,
+        ``"map"`` finds its mode in closed form too (``attrs["solver"]`` is
+        ``"gaussian_map"``).
     draws, tune, chains : int
         Posterior draws per chain, tuning iterations and chains (samplers); ``draws`` is also
         the number of draws of the exact and Laplace posteriors.
@@ -244,7 +249,8 @@ class MultiViewClassifier(BaseMultiViewClassifier):
         self._commit(idata_=idata, classes_=classes, layout_=data.layout,
                      n_features_in_=int(sum(data.layout.view_sizes)),
                      standardizer_=standardizer, builder_=builder, inference_=inference,
-                     _model=built.model, _fitted_context=built.context.state)
+                     _model=built.model, _fitted_context=built.context.state,
+                     _posterior_factor=None)
         return self
 
     @property
@@ -292,8 +298,8 @@ class MultiViewClassifier(BaseMultiViewClassifier):
         # the graph (compiled PyTensor objects) is not copied or pickled; it is rebuilt from
         # the stored training rows when needed
         state = dict(super().__getstate__())  # a copy: the live estimator keeps its graph
-        state.pop("_model", None)
-        state.pop("_fitted_context", None)
+        for cached in ("_model", "_fitted_context", "_posterior_factor"):
+            state.pop(cached, None)
         return state
 
     def _fitted(self) -> dict[str, Any]:
@@ -302,27 +308,55 @@ class MultiViewClassifier(BaseMultiViewClassifier):
         return vars(self)["_fitted_context"]
 
     # ------------------------------------------------------------ prediction
+    def _noise_variance(self, draws: dict[str, np.ndarray], n_draws: int) -> np.ndarray:
+        """The graph's noise variance per draw: σ² times the combiner's factor (the
+        ϱ-tensor's 1/τ²)."""
+        if "noise_variance" in draws:
+            return np.asarray(draws["noise_variance"], dtype=float)
+        lik = self.builder_.likelihood
+        factor = float(self._fitted().get("noise_factor", 1.0))
+        if lik.sigma is not None:
+            return np.full(n_draws, float(lik.sigma) ** 2 * factor)
+        if "sigma" in draws:
+            return np.asarray(draws["sigma"], dtype=float) ** 2 * factor
+        return np.exp(np.asarray(draws["log_noise_variance"], dtype=float)) * factor
+
     def _log_positive(self, f: np.ndarray, draws: dict[str, np.ndarray]) -> np.ndarray:
-        """``log p(y_t = +1 | f)`` per draw, from the likelihood normalised over ±1."""
+        """``log p(y_t = +1 | f)`` per draw, from the likelihood normalised over ±1 (or the
+        likelihood's calibrated link)."""
         lik = self.builder_.likelihood
         if isinstance(lik, LogisticLikelihood):
             return log_expit(f)
         if isinstance(lik, HingeLikelihood):
             return log_hinge_probability(f, lik.probability_constant)
         if isinstance(lik, GaussianLikelihood):
-            # the graph's noise variance: σ² times the combiner's factor (the ϱ-tensor's 1/τ²)
-            if "noise_variance" in draws:
-                sigma2 = np.asarray(draws["noise_variance"], dtype=float)
-            else:
-                factor = float(self._fitted().get("noise_factor", 1.0))
-                if lik.sigma is not None:
-                    sigma2 = np.full(f.shape[0], float(lik.sigma) ** 2 * factor)
-                elif "sigma" in draws:
-                    sigma2 = np.asarray(draws["sigma"], dtype=float) ** 2 * factor
-                else:
-                    sigma2 = np.exp(np.asarray(draws["log_noise_variance"], dtype=float)) * factor
-            return log_expit(2.0 * f / sigma2.reshape(-1, 1, 1))
+            slope = lik.probability_slope(self._noise_variance(draws, f.shape[0]))
+            return log_expit(np.reshape(slope, (-1, 1, 1)) * f)
         raise TypeError(f"no class probability for {type(lik).__name__}")
+
+    def _gaussian_predictive(self, X) -> tuple[np.ndarray, np.ndarray]:
+        """Mean and variance (n_samples, n_tasks) of the new rows' ``f`` under the exact
+        Gaussian posterior (``inference="exact"``): ``f`` is linear in the weights, so it is
+        Gaussian, with mean ``f`` at the posterior mean and variance ``diag(J Σ Jᵀ)``, where
+        ``J Σ Jᵀ = Σ_k (J l_k)(J l_k)ᵀ`` over the columns l_k of Σ's factor (the one the
+        engine draws from), each ``J l_k`` by forward-mode differentiation of the graph's
+        own ``f``."""
+        if vars(self).get("_posterior_factor") is None:
+            built = self._training_build()
+            flat, posterior = engines.exact_posterior(built)
+            to_named = engines.point_function(built)
+            at_mode = to_named(flat.to_point(posterior.mean))
+            directions = [to_named(flat.to_point(posterior.mean + column))
+                          for column in posterior.cov_factor.T]
+            vars(self)["_posterior_factor"] = (at_mode, directions)
+        at_mode, directions = vars(self)["_posterior_factor"]
+        T = 1 if len(self.classes_) == 2 else len(self.classes_)
+        predictor = GraphPredictor(self.builder_, self._fitted(), self._prepare(X), T)
+        names = predictor.names
+        columns = predictor.linearised(at_mode, {n: np.stack([d[n] for d in directions])
+                                                 for n in names})
+        mean = predictor({n: np.asarray(at_mode[n])[None] for n in names})[0]
+        return mean, np.sum((columns - mean) ** 2, axis=0)
 
     def _draws_at(self, X) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         data = self._prepare(X)
@@ -364,13 +398,23 @@ class MultiViewClassifier(BaseMultiViewClassifier):
 
     def predict_log_proba(self, X) -> np.ndarray:
         """Log posterior-predictive class probabilities (n_samples, n_classes)."""
+        if self.inference_ == "exact" and len(self.classes_) == 2:
+            # the Gaussian predictive of f integrated exactly, not over the stored draws
+            mean, var = self._gaussian_predictive(X)
+            slope = float(self.builder_.likelihood.probability_slope(
+                self._noise_variance({}, 1))[0])
+            return np.column_stack([log_expected_sigmoid(-mean[:, 0], var[:, 0], slope),
+                                    log_expected_sigmoid(mean[:, 0], var[:, 0], slope)])
         return log_mean_exp(self._log_class_probability_draws(X), axis=0)
 
     def predict_proba(self, X) -> np.ndarray:
         """Posterior-predictive class probabilities: per draw, the likelihood of each class's
         label (for more than two classes the one-hot label under the one-vs-rest tasks, the
         softmax of their log-odds), averaged over the posterior draws (the modes of a MAP
-        fit) and the draws of a shared latent on the new rows."""
+        fit) and the draws of a shared latent on the new rows.  Two classes with
+        ``inference="exact"``: the Gaussian predictive of ``f`` integrated exactly
+        (quadrature, no Monte-Carlo error), ``E[sigmoid(s f*)]`` with ``s`` the Gaussian
+        likelihood's slope (``link_slope`` or ``2/σ²``)."""
         return np.minimum(np.exp(self.predict_log_proba(X)), 1.0)
 
     def decision_function(self, X) -> np.ndarray:

@@ -298,10 +298,23 @@ class MVML(BaseMultiViewClassifier):
         check_random_seed(self.random_seed)
 
     # ------------------------------------------------------------- builder
-    def make_builder(self) -> ModelBuilder:
-        """The model graph: views → Nyström features → block metric → least squares."""
-        return ModelBuilder(None, self._nystrom(), self._combiner(),
-                            GaussianLikelihood(sigma=float(np.sqrt(NOISE_VARIANCE))))
+    def make_builder(self, *, metric=None, view_weights=None,
+                     link_slope: float | None = None) -> ModelBuilder:
+        """The model graph: views → Nyström features → block metric → least squares.
+
+        A fitted model's ``metric=A_``, ``view_weights=w_`` and ``link_slope=slope_`` fix the
+        metric and view weights it learned and its probabilities' calibration slope, so the
+        graph's exact posterior and predictive are the fitted model's (two classes; with more,
+        MVML normalises the one-vs-rest probabilities, the composed estimator scores the
+        one-hot label).
+        """
+        combiner = self._combiner()
+        if metric is not None or view_weights is not None:
+            combiner.set_params(metric=metric, view_weights=view_weights,
+                                learn_w=self.learn_w and view_weights is None)
+        return ModelBuilder(None, self._nystrom(), combiner,
+                            GaussianLikelihood(sigma=float(np.sqrt(NOISE_VARIANCE)),
+                                               link_slope=link_slope))
 
     def _prepare_training(self, X, y) -> tuple[MultiViewData, np.ndarray, np.ndarray,
                                                 ViewStandardizer | None]:

@@ -334,11 +334,17 @@ class RhoTMVRKM(BaseMultiViewClassifier):
 
     # ------------------------------------------------------------- builder
     def make_builder(self, kernels: Sequence[str], gammas: Sequence[float | None],
-                     rho: float | None = None, alpha: float | None = None) -> ModelBuilder:
+                     rho: float | None = None, alpha: float | None = None, *,
+                     decision_rule: str = "model", link_slope: float | None = None
+                     ) -> ModelBuilder:
         """The model graph: views → per-view kernels → ϱ-tensor combiner → least squares.
 
         ``None`` for ``rho``, ``alpha`` or a gamma leaves that hyper-parameter free (flat prior
         on its unconstrained scale), so the graph's density is the marginal likelihood.
+        ``decision_rule`` (the combiner's: ``"model"``, ``g + b``, or ``"add"``, the paper's
+        ``τg + b``) and ``link_slope`` (a fitted model's ``slope_``) make the graph's
+        probabilities ``predict_proba``'s: with ``calibration="temperature"``, pass
+        ``decision_rule="add"`` and ``link_slope=slope_``.
         """
         if self._param("n_frequencies") is None:
             feature_map = ViewKernels(kernels, gammas)
@@ -346,9 +352,11 @@ class RhoTMVRKM(BaseMultiViewClassifier):
             feature_map = ViewRandomFeatures(self._param("n_frequencies"), kernels, gammas,
                                              random_seed=self.random_seed)
         sigma = None if alpha is None else float(np.sqrt(alpha))
-        return ModelBuilder(Identity(), feature_map, RhoTensorCombiner(rho, self.eta),
+        return ModelBuilder(Identity(), feature_map,
+                            RhoTensorCombiner(rho, self.eta, decision_rule),
                             GaussianLikelihood(sigma=sigma,
-                                               variance_range=tuple(np.exp(LOG_LAM_RANGE))))
+                                               variance_range=tuple(np.exp(LOG_LAM_RANGE)),
+                                               link_slope=link_slope))
 
     def build_model(self, X, y) -> BuiltModel:
         """Validate and standardise (X, y) and build the ``pm.Model`` (nothing is fitted).
