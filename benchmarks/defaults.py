@@ -55,6 +55,13 @@ def run(tasks, seeds, estimators, settings=None) -> list[dict]:
             rows.append({"task": task, "seed": seed, "method": name, "fit_s": fit_s,
                          **scores(yte, est.predict_proba(Xte), est.classes_)})
             print(_line(rows[-1]), flush=True)
+            report = getattr(est, "convergence_", None)
+            if report is not None and len(report.table):  # a sampler's: judged, not assumed
+                t = report.table
+                print(f"{'':41s}convergence {'ok' if report.ok else 'NOT ok'}: max R-hat "
+                      f"{t['r_hat'].max():.4f}, min bulk ESS {t['ess_bulk'].min():.0f}, min "
+                      f"tail ESS {t['ess_tail'].min():.0f} ({report.n_chains} chains x "
+                      f"{report.n_draws}), divergences {report.n_divergences}", flush=True)
         for method, result in baselines(Xtr, ytr, Xte, yte):
             rows.append({"task": task, "seed": seed, "method": method, **result})
             print(_line(rows[-1]), flush=True)
