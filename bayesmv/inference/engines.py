@@ -392,13 +392,13 @@ def draw_rng(settings: EngineSettings) -> np.random.Generator:
 def _gaussian_draws(built: BuiltModel, flat: FlatLogp, mode: np.ndarray,
                     settings: EngineSettings, info: dict[str, Any],
                     curvature: str = "full", linearise: bool = False,
-                    flat_tol: float = LAPLACE_FLAT_TOL) -> az.InferenceData:
+                    gaussian: LaplaceResult | None = None) -> az.InferenceData:
     """Draws of a Gaussian at ``mode`` as the posterior (the exact engine's, where it is the
     posterior, and the Laplace engine's).  ``linearise``: ``f`` at the draws is the
     linearised predictive (:meth:`~bayesmv.inference.predict.DrawFunction.linearised`)
     where ``f`` depends on unconstrained variables only (``info["laplace_predictive"]``)."""
     lap, X, khat = gaussian_at_mode(built, flat, mode, settings.draws, draw_rng(settings),
-                                    curvature, flat_tol)
+                                    curvature, gaussian=gaussian)
     to_named = point_function(built)
     info.update(laplace_khat=khat, laplace_flat_directions=lap.n_clipped,
                 laplace_curvature=lap.curvature)
@@ -445,14 +445,18 @@ def full_gaussian(built: BuiltModel, flat: FlatLogp, mode: np.ndarray,
 
 def exact_posterior(built: BuiltModel) -> tuple[FlatLogp, LaplaceResult]:
     """The compiled log density and the exact Gaussian posterior of a model whose posterior
-    is Gaussian (:func:`_not_gaussian`): its mode and full covariance factor."""
-    flat = untransformed_logp(built)
-    return flat, full_gaussian(built, flat, gaussian_mode(flat), EXACT_FLAT_TOL)
+    is Gaussian (:func:`_not_gaussian`): its mode and full covariance factor (computed once
+    per built model: the exact engine's draws and its predictive read the same)."""
+    if "exact_posterior" not in built.cache:
+        flat = untransformed_logp(built)
+        built.cache["exact_posterior"] = (
+            flat, full_gaussian(built, flat, gaussian_mode(flat), EXACT_FLAT_TOL))
+    return built.cache["exact_posterior"]
 
 
 def gaussian_at_mode(built: BuiltModel, flat: FlatLogp, mode: np.ndarray, draws: int,
                      rng: np.random.Generator, curvature: str = "full",
-                     flat_tol: float = LAPLACE_FLAT_TOL
+                     gaussian: LaplaceResult | None = None
                      ) -> tuple[LaplaceResult, np.ndarray, float]:
     """The Laplace approximation at ``mode`` with ``curvature`` ("full" or "diagonal"),
     ``draws`` value-space draws of it and their Pareto k̂ against the log density.
@@ -460,8 +464,10 @@ def gaussian_at_mode(built: BuiltModel, flat: FlatLogp, mode: np.ndarray, draws:
     The curvature strategies registered for the pieces (:mod:`bayesmv.inference.curvature`)
     give a closed-form diagonal and the flat directions of exact symmetries; without one
     the diagonal comes from Hessian-vector products."""
-    if curvature == "full":
-        lap = full_gaussian(built, flat, mode, flat_tol)
+    if gaussian is not None:  # computed already (the exact posterior)
+        lap = gaussian
+    elif curvature == "full":
+        lap = full_gaussian(built, flat, mode)
     else:
         with threadpool_limits(limits=1, user_api="blas"):
             lap = laplace_approximation(flat, mode, curvature="diagonal",
@@ -499,10 +505,10 @@ def fit_exact(built: BuiltModel, settings: EngineSettings
     """The exact Gaussian posterior: the log density is quadratic, so one Newton step from
     any point reaches the mode (also the posterior mean, stored as the ``fit`` group) and the
     Laplace approximation there is the posterior."""
-    flat = flat_logp(built, True)
-    mode = gaussian_mode(flat)
-    info = {"inference": "exact", "map_logp": float(flat(mode)[0])}
-    return _gaussian_draws(built, flat, mode, settings, info, flat_tol=EXACT_FLAT_TOL), info
+    flat, posterior = exact_posterior(built)
+    info = {"inference": "exact", "map_logp": float(flat(posterior.mean)[0])}
+    return _gaussian_draws(built, flat, posterior.mean, settings, info,
+                           gaussian=posterior), info
 
 
 def traced_names(built: BuiltModel) -> list[str]:

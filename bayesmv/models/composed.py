@@ -44,6 +44,16 @@ def default_builder() -> ModelBuilder:
                         LogisticLikelihood())
 
 
+def _posterior_directions(built: BuiltModel) -> tuple[dict, list[dict]]:
+    """The exact Gaussian posterior (the engine's, computed once per built model) as named
+    points: its mean, and the mean moved by each column of its covariance factor."""
+    flat, posterior = engines.exact_posterior(built)
+    to_named = engines.point_function(built)
+    return (to_named(flat.to_point(posterior.mean)),
+            [to_named(flat.to_point(posterior.mean + column))
+             for column in posterior.cov_factor.T])
+
+
 @register
 class MultiViewClassifier(BaseMultiViewClassifier):
     """A multi-view classifier made of any composition of the builder's pieces.
@@ -250,7 +260,8 @@ class MultiViewClassifier(BaseMultiViewClassifier):
                      n_features_in_=int(sum(data.layout.view_sizes)),
                      standardizer_=standardizer, builder_=builder, inference_=inference,
                      _model=built.model, _fitted_context=built.context.state,
-                     _posterior_factor=None)
+                     _posterior_factor=(_posterior_directions(built) if inference == "exact"
+                                        else None))
         return self
 
     @property
@@ -341,14 +352,8 @@ class MultiViewClassifier(BaseMultiViewClassifier):
         ``J Σ Jᵀ = Σ_k (J l_k)(J l_k)ᵀ`` over the columns l_k of Σ's factor (the one the
         engine draws from), each ``J l_k`` by forward-mode differentiation of the graph's
         own ``f``."""
-        if vars(self).get("_posterior_factor") is None:
-            built = self._training_build()
-            flat, posterior = engines.exact_posterior(built)
-            to_named = engines.point_function(built)
-            at_mode = to_named(flat.to_point(posterior.mean))
-            directions = [to_named(flat.to_point(posterior.mean + column))
-                          for column in posterior.cov_factor.T]
-            vars(self)["_posterior_factor"] = (at_mode, directions)
+        if vars(self).get("_posterior_factor") is None:  # after load: from the graph
+            vars(self)["_posterior_factor"] = _posterior_directions(self._training_build())
         at_mode, directions = vars(self)["_posterior_factor"]
         T = 1 if len(self.classes_) == 2 else len(self.classes_)
         predictor = GraphPredictor(self.builder_, self._fitted(), self._prepare(X), T)
