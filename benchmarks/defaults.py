@@ -59,7 +59,9 @@ def run(tasks, seeds, estimators, settings=None) -> list[dict]:
             if report is not None and len(report.table):  # a sampler's: judged, not assumed
                 t = report.table
                 print(f"{'':41s}convergence {'ok' if report.ok else 'NOT ok'}: max R-hat "
-                      f"{t['r_hat'].max():.4f}, min bulk ESS {t['ess_bulk'].min():.0f}, min "
+                      f"{t['r_hat'].max():.4f} ({t['r_hat'].idxmax()}; "
+                      f"{int((t['r_hat'] > report.r_hat_max).sum())} of {len(t)} above "
+                      f"{report.r_hat_max}), min bulk ESS {t['ess_bulk'].min():.0f}, min "
                       f"tail ESS {t['ess_tail'].min():.0f} ({report.n_chains} chains x "
                       f"{report.n_draws}), divergences {report.n_divergences}", flush=True)
         for method, result in baselines(Xtr, ytr, Xte, yte):

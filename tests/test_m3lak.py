@@ -302,10 +302,6 @@ def test_auto_latent_cap_grows_with_the_training_rows():
     assert caps == [10, 10, 10, 13, 16, 16]
     assert auto_latent_dims(digits)[0] == 10
     assert auto_latent_dims((10, 10, 10), n_samples=5000) == (8, 1)
-    # more classes: times sqrt(n_classes / 2), at most 32, the views' bound still holding
-    assert [auto_latent_dims(digits, n_samples=n, n_classes=c)[0]
-            for n, c in ((300, 3), (300, 10), (1600, 10), (1600, 2))] == [12, 22, 32, 16]
-    assert auto_latent_dims((10, 10, 10), n_samples=5000, n_classes=10) == (8, 1)
 
 
 def test_latent_dims_auto_is_resolved_from_the_views_and_explicit_sizes_are_kept():

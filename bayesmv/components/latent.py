@@ -63,26 +63,19 @@ def latent_precision(G: list, mask, xp=np):
 #: the largest shared latent dimension and the view-specific one that "auto" chooses
 AUTO_LATENT_DIM, AUTO_VIEW_LATENT_DIM = 10, 1
 #: the automatic m's cap grows as sqrt(N / AUTO_LATENT_ROWS) beyond this many rows, up to
-#: AUTO_LATENT_DIM_MAX, and with more than two classes by sqrt(n_classes / 2) up to
-#: AUTO_MULTICLASS_LATENT_DIM_MAX (see auto_latent_dims)
-AUTO_LATENT_ROWS, AUTO_LATENT_DIM_MAX, AUTO_MULTICLASS_LATENT_DIM_MAX = 600, 16, 32
+#: AUTO_LATENT_DIM_MAX (see auto_latent_dims)
+AUTO_LATENT_ROWS, AUTO_LATENT_DIM_MAX = 600, 16
 
 
 def auto_latent_dims(view_sizes, view_latent_dim: int | None = None,
-                     n_samples: int | None = None, n_classes: int = 2) -> tuple[int, int]:
+                     n_samples: int | None = None) -> tuple[int, int]:
     """The shared and view-specific latent dimensions ``(m, K)`` that ``"auto"`` chooses.
 
     ``K = 1`` (or ``view_latent_dim`` when given) and ``m = min(cap, D - 1 - K)`` with D the
     median view size (rounded down; ``D - 2`` for the default K): the largest latent that
     stays one dimension short of reproducing a typical view exactly.  The cap is 10 up to
     600 training rows and grows as ``10·sqrt(N / 600)`` beyond, up to 16 (from 1600 rows);
-    without ``n_samples``, 10.  With more than two classes it is that times
-    ``sqrt(n_classes / 2)``, up to 32: the one-vs-rest tasks share the latent, which must
-    carry every class's contrast (on the ten UCI digits, 1600 training rows, three splits,
-    short chains, m = 32 gave a test accuracy of 0.980 / 0.9925 / 0.985 and a Brier score of
-    0.030 / 0.018 / 0.024 where m = 16 gave 0.975 / 0.985 / 0.975 and 0.036 / 0.033 / 0.040,
-    at a quarter more time a sweep; on the binary 0-4 vs 5-9, same rows, m = 24 was no
-    better than 16).
+    without ``n_samples``, 10.
 
     Why not smaller: the classifier sees the views only through the shared latent, so a
     latent smaller than the views drops directions that may separate the classes.  On
@@ -93,8 +86,13 @@ def auto_latent_dims(view_sizes, view_latent_dim: int | None = None,
     0.975-0.978 and 0.017, in the same time.  Why the cap, and why it grows with N: on the
     digits 3 vs 5 (300 rows) m = 16 was no more accurate than 10 and mixed worse (smallest
     bulk ESS of f 162-469 against 901-1476, R-hat up to 1.021); more rows pin a larger
-    latent down.  Why not larger than the views: a latent that can reproduce a view exactly
-    (``m + K ≥ D_v``) lets that view's noise precision grow
+    latent down.  Why not larger with more classes: on the ten UCI digits (1600 rows) m = 32
+    was more accurate than 16 on four splits (three with short chains, one with the
+    defaults: 0.980 / 0.9925 / 0.985 / 0.9825 against 0.975 / 0.985 / 0.975 / 0.9775,
+    Brier 0.018-0.036 against 0.033-0.044), but its decision values did not converge (the
+    defaults' 2 chains of 1000 + 2000: max R-hat 1.61, min bulk ESS 3, against 1.025 and 169
+    at m = 16).  Why not larger than the views: a latent that can
+    reproduce a view exactly (``m + K ≥ D_v``) lets that view's noise precision grow
     without bound and splits what the view says between ``h`` and ``u_v`` in many nearly
     equivalent ways that the sampler crosses only rarely (on the breast-cancer views, m = 10,
     K = 5 gave R-hat of the decision values up to 1.9 with an ESS of 3).  And each
@@ -109,8 +107,6 @@ def auto_latent_dims(view_sizes, view_latent_dim: int | None = None,
     if n_samples is not None:
         grown = round(AUTO_LATENT_DIM * np.sqrt(n_samples / AUTO_LATENT_ROWS))
         cap = int(np.clip(grown, AUTO_LATENT_DIM, AUTO_LATENT_DIM_MAX))
-    if n_classes > 2:
-        cap = min(round(cap * np.sqrt(n_classes / 2)), AUTO_MULTICLASS_LATENT_DIM_MAX)
     return max(1, min(cap, typical - 1 - K)), K
 
 
@@ -157,13 +153,12 @@ class SharedLatent(Component):
         self.view_loading_precision = view_loading_precision
         self.eta = eta
 
-    def dims(self, view_sizes, n_samples: int | None = None, n_classes: int = 2
-             ) -> tuple[int, int]:
-        """``(m, K)`` for views of these sizes, that many training rows and classes, with
-        ``"auto"`` resolved."""
+    def dims(self, view_sizes, n_samples: int | None = None) -> tuple[int, int]:
+        """``(m, K)`` for views of these sizes and that many training rows, with ``"auto"``
+        resolved."""
         # an explicit K leaves the automatic m room for it (see auto_latent_dims)
         K = None if self.view_latent_dim == "auto" else int(self.view_latent_dim)
-        auto_m, auto_k = auto_latent_dims(view_sizes, K, n_samples, n_classes)
+        auto_m, auto_k = auto_latent_dims(view_sizes, K, n_samples)
         return auto_m if self.latent_dim == "auto" else int(self.latent_dim), auto_k
 
     # ------------------------------------------------------------------ graph
@@ -175,9 +170,8 @@ class SharedLatent(Component):
         self._warn_renamed()
         data = ctx.data
         # the training rows' choice, also when building on new rows (auto_latent_dims reads N)
-        # one task for two classes, one per class (one-vs-rest) beyond
-        m, K = ctx.fitted_state("latent_dims", lambda: self.dims(
-            data.view_sizes, data.n_samples, max(2, ctx.n_tasks)))
+        m, K = ctx.fitted_state("latent_dims", lambda: self.dims(data.view_sizes,
+                                                                 data.n_samples))
         n = data.n_samples
         ctx.add_coord("latent", m)
         if ctx.predicting:

@@ -60,11 +60,9 @@ class M3LAK(BaseMultiViewClassifier):
     latent_dim : int or "auto", default "auto"
         Shared latent dimension m.  ``"auto"`` takes ``m = min(cap, D - 1 - K)`` with D the
         median view size, ``cap = 10`` up to 600 training rows and ``10·sqrt(N/600)`` beyond
-        (at most 16), times ``sqrt(n_classes/2)`` with more than two classes (at most 32),
-        and, for ``view_latent_dim="auto"``, ``K = 1``
+        (at most 16), and, for ``view_latent_dim="auto"``, ``K = 1``
         (:func:`bayesmv.components.latent.auto_latent_dims`): 10 and 1 on the UCI digit pairs
-        (320 rows), 16 and 1 on 1600 of them, 32 and 1 on all ten digits (1600 rows), 8 and
-        1 on three views of 10.  A latent that
+        (320 rows), 16 and 1 on 1600 of them, 8 and 1 on three views of 10.  A latent that
         can reproduce a view exactly (``m + K ≥ D_v`` for most views) leaves the sampler to
         cross between nearly equivalent splits of each view between the shared and the
         view-specific latent, which it rarely does (R-hat of the decision values up to 1.9 on
