@@ -77,29 +77,28 @@ def auto_latent_dims(view_sizes, view_latent_dim: int | None = None,
     600 training rows and grows as ``10·sqrt(N / 600)`` beyond, up to 16 (from 1600 rows);
     without ``n_samples``, 10.
 
-    Why not smaller: the classifier sees the views only through the shared latent, so a
-    latent smaller than the views drops directions that may separate the classes.  On
-    scikit-learn's breast-cancer data as three views of 10, m = 8 gave a test accuracy of
-    0.984 and a Brier score of 0.018 (mean of five 80/20 splits) where m = 5 gave 0.970 and
-    0.024, with the same convergence of the decision values.  On the UCI digits 0-4 against
-    5-9 (1600 training rows), m = 16 gave 0.985 and 0.011 on two splits where m = 10 gave
-    0.975-0.978 and 0.017, in the same time.  Why the cap, and why it grows with N: on the
-    digits 3 vs 5 (300 rows) m = 16 was no more accurate than 10 and mixed worse (smallest
-    bulk ESS of f 162-469 against 901-1476, R-hat up to 1.021); more rows pin a larger
-    latent down.  Why not larger with more classes: on the ten UCI digits (1600 rows) m = 32
-    was more accurate than 16 on four splits (three with short chains, one with the
-    defaults: 0.980 / 0.9925 / 0.985 / 0.9825 against 0.975 / 0.985 / 0.975 / 0.9775,
-    Brier 0.018-0.036 against 0.033-0.044), but its decision values did not converge (the
-    defaults' 2 chains of 1000 + 2000: max R-hat 1.61, min bulk ESS 3, against 1.025 and 169
-    at m = 16).  Why not larger than the views: a latent that can
-    reproduce a view exactly (``m + K ≥ D_v``) lets that view's noise precision grow
-    without bound and splits what the view says between ``h`` and ``u_v`` in many nearly
-    equivalent ways that the sampler crosses only rarely (on the breast-cancer views, m = 10,
-    K = 5 gave R-hat of the decision values up to 1.9 with an ESS of 3).  And each
-    view-specific column competes with the shared columns for the same variance even where
-    no exact fit is possible: on the UCI digits 3 vs 5 (4 chains of 500 + 2000) K = 5 gave a
-    smallest bulk ESS of f of 111-781 over three seeds, and of 19-28 with the 6-feature view
-    left out, where K = 1 gave 509-944 with the same test accuracy and Brier score.
+    Why not smaller: the classifier sees the views only through the shared latent, so a latent
+    smaller than the views drops directions that may separate the classes.  On scikit-learn's
+    breast-cancer data as three views of 10, m = 8 gave a test accuracy of 0.984 and a Brier
+    score of 0.018 (mean of five 80/20 splits) where m = 5 gave 0.970 and 0.024, with the same
+    convergence of the decision values.  On the UCI digits 0-4 against 5-9 (1600 training rows),
+    m = 16 gave 0.985 and 0.011 on two splits where m = 10 gave 0.975-0.978 and 0.017, in the
+    same time.  Why the cap, and why it grows with N: on the digits 3 vs 5 (300 rows) m = 16 was
+    no more accurate than 10 and mixed worse (smallest bulk ESS of f 162-469 against 901-1476,
+    R-hat up to 1.021); more rows pin a larger latent down.  Why not larger with more classes:
+    on the ten UCI digits (1600 rows) m = 32 was more accurate than 16 on four splits (three
+    with short chains, one with the defaults: 0.980 / 0.9925 / 0.985 / 0.9825 against 0.975 /
+    0.985 / 0.975 / 0.9775, Brier 0.018-0.036 against 0.033-0.044), but its decision values did
+    not converge (the defaults' 2 chains of 1000 + 2000: max R-hat 1.61, min bulk ESS 3, against
+    1.025 and 169 at m = 16; m = 24: R-hat 1.63 on the 216-feature view's noise precision).  Why
+    not larger than the views: a latent that can reproduce a view exactly (``m + K ≥ D_v``) lets
+    that view's noise precision grow without bound and splits what the view says between ``h``
+    and ``u_v`` in many nearly equivalent ways that the sampler crosses only rarely (on the
+    breast-cancer views, m = 10, K = 5 gave R-hat of the decision values up to 1.9 with an ESS
+    of 3).  And each view-specific column competes with the shared columns for the same variance
+    even where no exact fit is possible: on the UCI digits 3 vs 5 (4 chains of 500 + 2000) K = 5
+    gave a smallest bulk ESS of f of 111-781 over three seeds, and of 19-28 with the 6-feature
+    view left out, where K = 1 gave 509-944 with the same test accuracy and Brier score.
     """
     K = AUTO_VIEW_LATENT_DIM if view_latent_dim is None else int(view_latent_dim)
     typical = int(np.median(np.asarray(view_sizes)))
