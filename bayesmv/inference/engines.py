@@ -281,13 +281,15 @@ def _svm_map(built: BuiltModel, settings: EngineSettings) -> dict[str, np.ndarra
     return {"beta": theta / np.sqrt(v), "bias": bias}
 
 
-def gaussian_mode(flat: FlatLogp) -> np.ndarray:
-    """The mode (and mean) of a Gaussian posterior: its log density is quadratic, so one
-    Newton step from any point reaches it."""
+def gaussian_mode(flat: FlatLogp) -> tuple[np.ndarray, np.ndarray]:
+    """The mode (and mean) of a Gaussian posterior and its log density's Hessian: the log
+    density is quadratic, so its Hessian is the same everywhere and one Newton step from any
+    point reaches the mode."""
     x0 = np.zeros(flat.size)
     _, grad = flat(x0)
     with threadpool_limits(limits=1, user_api="blas"):
-        return x0 - np.linalg.solve(full_hessian(flat, x0), grad)
+        H = full_hessian(flat, x0)
+        return x0 - np.linalg.solve(H, grad), H
 
 
 def _gaussian_map(built: BuiltModel, settings: EngineSettings) -> dict[str, np.ndarray] | None:
@@ -296,7 +298,7 @@ def _gaussian_map(built: BuiltModel, settings: EngineSettings) -> dict[str, np.n
     if not isinstance(built.builder.likelihood, GaussianLikelihood) or _not_gaussian(built):
         return None
     flat = untransformed_logp(built)
-    return flat.to_point(gaussian_mode(flat))
+    return flat.to_point(gaussian_mode(flat)[0])
 
 
 MAP_STRATEGIES: list[Callable[[BuiltModel, EngineSettings], dict | None]] = [
@@ -434,13 +436,15 @@ def laplace_curvature(curvature: str, n_parameters: int, full_max: int = FULL_HE
 
 
 def full_gaussian(built: BuiltModel, flat: FlatLogp, mode: np.ndarray,
-                  flat_tol: float = LAPLACE_FLAT_TOL) -> LaplaceResult:
+                  flat_tol: float = LAPLACE_FLAT_TOL, hessian: np.ndarray | None = None
+                  ) -> LaplaceResult:
     """The Gaussian at ``mode`` with the exact full curvature (the full Laplace
-    approximation; the exact engine's posterior with ``flat_tol=EXACT_FLAT_TOL``), exact
-    symmetries' flat directions left out."""
+    approximation; the exact engine's posterior with ``flat_tol=EXACT_FLAT_TOL`` and the
+    Hessian its Newton step formed), exact symmetries' flat directions left out."""
     with threadpool_limits(limits=1, user_api="blas"):
         return laplace_approximation(flat, mode, curvature="full", flat_tol=flat_tol,
-                                     null_directions=flat_directions(built, flat, mode))
+                                     null_directions=flat_directions(built, flat, mode),
+                                     hessian=hessian)
 
 
 def exact_posterior(built: BuiltModel) -> tuple[FlatLogp, LaplaceResult]:
@@ -449,8 +453,9 @@ def exact_posterior(built: BuiltModel) -> tuple[FlatLogp, LaplaceResult]:
     per built model: the exact engine's draws and its predictive read the same)."""
     if "exact_posterior" not in built.cache:
         flat = untransformed_logp(built)
+        mode, hessian = gaussian_mode(flat)
         built.cache["exact_posterior"] = (
-            flat, full_gaussian(built, flat, gaussian_mode(flat), EXACT_FLAT_TOL))
+            flat, full_gaussian(built, flat, mode, EXACT_FLAT_TOL, hessian))
     return built.cache["exact_posterior"]
 
 

@@ -310,7 +310,8 @@ def laplace_approximation(flat: FlatLogp, mode: np.ndarray, *, curvature: str = 
                           full_max: int = 2000,
                           neg_hessian_diagonal: Callable[[np.ndarray], np.ndarray] | None = None,
                           null_directions: np.ndarray | None = None,
-                          flat_tol: float = 1e-6) -> LaplaceResult:
+                          flat_tol: float = 1e-6,
+                          hessian: np.ndarray | None = None) -> LaplaceResult:
     """Gaussian approximation at a mode of ``flat`` (compile ``flat`` with ``jacobian=True``).
 
     Parameters
@@ -328,6 +329,10 @@ def laplace_approximation(flat: FlatLogp, mode: np.ndarray, *, curvature: str = 
         Tangents of known exact symmetries of the density at the mode (full curvature only):
         they are projected out and get zero variance.  Numerically their curvature is only
         O(|gradient|), not zero, and would otherwise give absurd variances.
+    hessian : ndarray of shape (P, P) or None
+        The Hessian at the mode when the caller has it already (full curvature only: a
+        quadratic log density's, formed once for its Newton step); else P Hessian-vector
+        products form it.
 
     Notes
     -----
@@ -345,7 +350,7 @@ def laplace_approximation(flat: FlatLogp, mode: np.ndarray, *, curvature: str = 
     if curvature == "auto":
         curvature = "full" if P <= full_max else "diagonal"
     if curvature == "full":
-        prec = -full_hessian(flat, mode)
+        prec = -(full_hessian(flat, mode) if hessian is None else hessian)
         if null_directions is not None and null_directions.size:
             Q, R = np.linalg.qr(null_directions)
             Q = Q[:, np.abs(np.diag(R)) > 1e-12 * max(np.abs(np.diag(R)).max(), 1e-300)]

@@ -260,7 +260,9 @@ class MultiViewClassifier(BaseMultiViewClassifier):
                      n_features_in_=int(sum(data.layout.view_sizes)),
                      standardizer_=standardizer, builder_=builder, inference_=inference,
                      _model=built.model, _fitted_context=built.context.state,
-                     _posterior_factor=(_posterior_directions(built) if inference == "exact"
+                     # what the closed-form predictive reads (two classes only)
+                     _posterior_factor=(_posterior_directions(built)
+                                        if inference == "exact" and len(classes) == 2
                                         else None))
         return self
 
