@@ -435,6 +435,36 @@ def test_mvml_preset_probabilities_are_the_composed_estimators(settings, small):
         np.testing.assert_array_equal(bayesmv.load(f"{tmp}/m").predict_proba(Xt), proba)
 
 
+@pytest.mark.python_ops  # evaluates graphs a few times: gcc would be most of it
+def test_mvml_three_class_probabilities_are_the_composed_estimators():
+    """Three classes: MVML's per-task metrics and its rule (each task's integrated
+    probability, normalised over the classes) through the likelihood's
+    ``multiclass="normalised"``; the composed exact fit integrates each task's predictive in
+    closed form, so the two agree to rounding, not to Monte-Carlo error."""
+    views, labels = load_multiple_features(classes=(3, 5, 8))
+    rng = np.random.default_rng(1)
+    idx = rng.permutation(len(labels))
+    cols = [rng.choice(v.shape[1], size=6, replace=False) for v in views[:V]]
+    X = [v[idx[:60]][:, c] for v, c in zip(views, cols, strict=False)]
+    Xt = [v[idx[60:90]][:, c] for v, c in zip(views, cols, strict=False)]
+    mvml = MVML(random_seed=0).fit(X, labels[idx[:60]])
+    builder = mvml.make_builder(metric=mvml.A_, view_weights=mvml.w_, link_slope=mvml.slope_)
+    assert builder.likelihood.multiclass == "normalised"
+    composed = MultiViewClassifier(builder, random_seed=0).fit(X, labels[idx[:60]])
+    assert composed.inference_ == "exact"
+    np.testing.assert_allclose(composed.idata_.fit["f"].values,
+                               mvml.idata_.posterior["f"].values[0, 0], atol=1e-8)
+    proba = composed.predict_proba(Xt)
+    np.testing.assert_allclose(proba, mvml.predict_proba(Xt), atol=1e-8)
+    # the one-hot rule is another distribution over the same posterior
+    builder.likelihood.set_params(multiclass="one_hot")
+    one_hot = MultiViewClassifier(builder, random_seed=0).fit(X, labels[idx[:60]])
+    assert np.abs(one_hot.predict_proba(Xt) - proba).max() > 1e-3
+    builder.likelihood.set_params(multiclass="softmax")
+    with pytest.raises(ValueError, match="GaussianLikelihood: multiclass must be one of"):
+        MultiViewClassifier(builder).fit(X, labels[idx[:60]])
+
+
 def test_fixed_metric_and_view_weights_are_checked_against_the_features(small):
     X, y, _, _ = small
     for combiner, match in ((BlockMetricCombiner(metric=np.eye(3)), "metric must be finite"),

@@ -176,6 +176,33 @@ def one_hot_probabilities(log_pos: np.ndarray, log_neg: np.ndarray, *,
     return log_softmax(logits, axis=-1) if log else softmax(logits, axis=-1)
 
 
+#: how the one-vs-rest tasks' probabilities become class probabilities (more than two
+#: classes); see :func:`multiclass_log_probabilities`
+MULTICLASS_RULES = ("one_hot", "normalised")
+
+
+def check_multiclass_rule(likelihood) -> None:
+    """Raise ValueError naming the likelihood when its ``multiclass`` rule is unknown."""
+    if likelihood.multiclass not in MULTICLASS_RULES:
+        raise ValueError(f"{type(likelihood).__name__}: multiclass must be one of "
+                         f"{MULTICLASS_RULES}, got {likelihood.multiclass!r}")
+
+
+def multiclass_log_probabilities(log_pos: np.ndarray, log_neg: np.ndarray, rule: str,
+                                 axis: int | None = 0) -> np.ndarray:
+    """Log class probabilities from the tasks' ``log ℓ_t(±1)`` per posterior draw.
+
+    ``"one_hot"``: :func:`one_hot_probabilities` at each draw, averaged over the draws;
+    ``"normalised"``: each task's positive probability averaged over the draws, then
+    normalised over the classes (:func:`class_probabilities`).  For one task (two classes)
+    both are ``[p(-1), p(+1)]`` averaged.  ``axis=None``: per draw, no average.
+    """
+    if rule == "normalised" and np.shape(log_pos)[-1] > 1:
+        return class_probabilities(log_pos, axis=axis, log=True)
+    log_q = one_hot_probabilities(log_pos, log_neg, log=True)
+    return log_q if axis is None else log_mean_exp(log_q, axis=axis)
+
+
 class HingeLikelihood(Component):
     """Max-margin hinge pseudo-likelihood ``exp(-2C·max(0, 1 - y f))``.
 
@@ -189,13 +216,18 @@ class HingeLikelihood(Component):
         fit's own pseudo-likelihood normalised over ±1.  A calibration fitted outside the
         density (e.g. MVL-SVM's held-out ``link_constant_``) goes here; it does not change
         the fit.
+    multiclass : {"one_hot", "normalised"}, default "one_hot"
+        With more than two classes, how the one-vs-rest tasks' probabilities become class
+        probabilities (:func:`multiclass_log_probabilities`).
     """
 
     consumes = (DECISION,)
 
-    def __init__(self, C: float = 1.0, link_constant: float | None = None) -> None:
+    def __init__(self, C: float = 1.0, link_constant: float | None = None,
+                 multiclass: str = "one_hot") -> None:
         self.C = C
         self.link_constant = link_constant
+        self.multiclass = multiclass
 
     @property
     def probability_constant(self) -> float:
@@ -203,6 +235,7 @@ class HingeLikelihood(Component):
         return float(self.C if self.link_constant is None else self.link_constant)
 
     def build(self, ctx: BuildContext, f: pt.TensorVariable) -> None:
+        check_multiclass_rule(self)
         if ctx.predicting:
             return
         y = pm.Data("y_tasks", ctx.targets, dims=("sample", "task"))
@@ -242,6 +275,9 @@ class GaussianLikelihood(Component):
         included), the likelihood normalised over the targets ±1.  A calibration fitted
         outside the density (e.g. ϱTMV-RKM's or MVML's temperature ``slope_``) goes here; it
         does not change the fit.
+    multiclass : {"one_hot", "normalised"}, default "one_hot"
+        With more than two classes, how the one-vs-rest tasks' probabilities become class
+        probabilities (:func:`multiclass_log_probabilities`).
 
     Notes
     -----
@@ -255,11 +291,12 @@ class GaussianLikelihood(Component):
 
     def __init__(self, sigma: float | None = 1.0, sigma_prior_scale: float = 1.0,
                  variance_range: tuple[float, float] | None = None,
-                 link_slope: float | None = None) -> None:
+                 link_slope: float | None = None, multiclass: str = "one_hot") -> None:
         self.sigma = sigma
         self.sigma_prior_scale = sigma_prior_scale
         self.variance_range = variance_range
         self.link_slope = link_slope
+        self.multiclass = multiclass
 
     def probability_slope(self, noise_variance):
         """The s of the class probability ``sigmoid(s f)``: ``link_slope``, else ``2/σ²`` of
@@ -278,6 +315,7 @@ class GaussianLikelihood(Component):
         return pm.HalfNormal("sigma", self.sigma_prior_scale) ** 2
 
     def build(self, ctx: BuildContext, f) -> None:
+        check_multiclass_rule(self)
         if ctx.predicting:
             return
         latent = f if isinstance(f, LatentGaussian) else LatentGaussian(f)
@@ -332,11 +370,21 @@ class LogisticLikelihood(Component):
     observed variable ``y_obs`` holds the 0/1 indicators of the positive class and is written
     with a softplus, stable for any ``f`` (``pm.Bernoulli(logit_p=f)`` overflows to -inf for
     a negative label at ``f`` ≳ 37, which stalls optimisers with NaN gradients).
+
+    Parameters
+    ----------
+    multiclass : {"one_hot", "normalised"}, default "one_hot"
+        With more than two classes, how the one-vs-rest tasks' probabilities become class
+        probabilities (:func:`multiclass_log_probabilities`).
     """
 
     consumes = (DECISION,)
 
+    def __init__(self, multiclass: str = "one_hot") -> None:
+        self.multiclass = multiclass
+
     def build(self, ctx: BuildContext, f: pt.TensorVariable) -> None:
+        check_multiclass_rule(self)
         if ctx.predicting:
             return
         positive = (np.asarray(ctx.targets) > 0).astype(np.int64)

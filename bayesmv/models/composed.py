@@ -25,8 +25,7 @@ from bayesmv.components.likelihoods import (
     HingeLikelihood,
     log_expected_sigmoid,
     log_hinge_probability,
-    log_mean_exp,
-    one_hot_probabilities,
+    multiclass_log_probabilities,
 )
 from bayesmv.components.linear import to_dense
 from bayesmv.data import MultiViewData, ViewStandardizer, label_tasks
@@ -52,6 +51,13 @@ def _posterior_directions(built: BuiltModel) -> tuple[dict, list[dict]]:
     return (to_named(flat.to_point(posterior.mean)),
             [to_named(flat.to_point(posterior.mean + column))
              for column in posterior.cov_factor.T])
+
+
+def _closed_form_predictive(inference: str, n_classes: int, likelihood) -> bool:
+    """Whether the class probabilities integrate the exact Gaussian predictive of each task's
+    ``f`` in closed form: exact inference, and two classes or per-task probabilities
+    normalised (the one-hot rule couples the tasks at each draw)."""
+    return inference == "exact" and (n_classes == 2 or likelihood.multiclass == "normalised")
 
 
 @register
@@ -260,10 +266,9 @@ class MultiViewClassifier(BaseMultiViewClassifier):
                      n_features_in_=int(sum(data.layout.view_sizes)),
                      standardizer_=standardizer, builder_=builder, inference_=inference,
                      _model=built.model, _fitted_context=built.context.state,
-                     # what the closed-form predictive reads (two classes only)
-                     _posterior_factor=(_posterior_directions(built)
-                                        if inference == "exact" and len(classes) == 2
-                                        else None))
+                     # what the closed-form predictive reads
+                     _posterior_factor=(_posterior_directions(built) if _closed_form_predictive(
+                         inference, len(classes), builder.likelihood) else None))
         return self
 
     @property
@@ -389,13 +394,17 @@ class MultiViewClassifier(BaseMultiViewClassifier):
         f = predictor({n: draws[n] for n in predictor.names}, rng)
         return f, draws
 
-    def _log_class_probability_draws(self, X) -> np.ndarray:
-        """Log class probabilities per draw (posterior draw × draw of a shared latent's
-        ``h*``): the likelihood of the one-hot label under the one-vs-rest tasks, ``[1 - p,
-        p]`` for two classes.  Every likelihood here is symmetric, ``p(-1 | f) = p(+1 | -f)``."""
+    def _log_task_probability_draws(self, X) -> tuple[np.ndarray, np.ndarray]:
+        """``log p(y_t = ±1 | f)`` per draw (posterior draw × draw of a shared latent's
+        ``h*``).  Every likelihood here is symmetric, ``p(-1 | f) = p(+1 | -f)``."""
         f, draws = self._draws_at(X)
-        return one_hot_probabilities(self._log_positive(f, draws),
-                                     self._log_positive(-f, draws), log=True)
+        return self._log_positive(f, draws), self._log_positive(-f, draws)
+
+    def _log_class_probability_draws(self, X) -> np.ndarray:
+        """Log class probabilities per draw by the likelihood's ``multiclass`` rule
+        (:func:`multiclass_log_probabilities`), ``[1 - p, p]`` for two classes."""
+        return multiclass_log_probabilities(*self._log_task_probability_draws(X),
+                                            self.builder_.likelihood.multiclass, axis=None)
 
     def _decision_draws(self, X) -> np.ndarray:
         return self._draws_at(X)[0]
@@ -405,23 +414,27 @@ class MultiViewClassifier(BaseMultiViewClassifier):
 
     def predict_log_proba(self, X) -> np.ndarray:
         """Log posterior-predictive class probabilities (n_samples, n_classes)."""
-        if self.inference_ == "exact" and len(self.classes_) == 2:
+        rule = self.builder_.likelihood.multiclass
+        if _closed_form_predictive(self.inference_, len(self.classes_), self.builder_.likelihood):
             # the Gaussian predictive of f integrated exactly, not over the stored draws
             mean, var = self._gaussian_predictive(X)
             slope = float(self.builder_.likelihood.probability_slope(
                 self._noise_variance({}, 1))[0])
-            return np.column_stack([log_expected_sigmoid(-mean[:, 0], var[:, 0], slope),
-                                    log_expected_sigmoid(mean[:, 0], var[:, 0], slope)])
-        return log_mean_exp(self._log_class_probability_draws(X), axis=0)
+            return multiclass_log_probabilities(log_expected_sigmoid(mean, var, slope),
+                                                log_expected_sigmoid(-mean, var, slope),
+                                                rule, axis=None)
+        return multiclass_log_probabilities(*self._log_task_probability_draws(X), rule)
 
     def predict_proba(self, X) -> np.ndarray:
         """Posterior-predictive class probabilities: per draw, the likelihood of each class's
         label (for more than two classes the one-hot label under the one-vs-rest tasks, the
         softmax of their log-odds), averaged over the posterior draws (the modes of a MAP
-        fit) and the draws of a shared latent on the new rows.  Two classes with
-        ``inference="exact"``: the Gaussian predictive of ``f`` integrated exactly
-        (quadrature, no Monte-Carlo error), ``E[sigmoid(s f*)]`` with ``s`` the Gaussian
-        likelihood's slope (``link_slope`` or ``2/σ²``)."""
+        fit) and the draws of a shared latent on the new rows; with the likelihood's
+        ``multiclass="normalised"``, each task's averaged positive probability normalised
+        over the classes.  ``inference="exact"`` (two classes, or the normalised rule): the
+        Gaussian predictive of each task's ``f`` integrated exactly (quadrature, no
+        Monte-Carlo error), ``E[sigmoid(s f*)]`` with ``s`` the Gaussian likelihood's slope
+        (``link_slope`` or ``2/σ²``)."""
         return np.minimum(np.exp(self.predict_log_proba(X)), 1.0)
 
     def decision_function(self, X) -> np.ndarray:

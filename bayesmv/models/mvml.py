@@ -304,9 +304,9 @@ class MVML(BaseMultiViewClassifier):
 
         A fitted model's ``metric=A_``, ``view_weights=w_`` and ``link_slope=slope_`` fix the
         metric and view weights it learned and its probabilities' calibration slope, so the
-        graph's exact posterior and predictive are the fitted model's (two classes; with more,
-        MVML normalises the one-vs-rest probabilities, the composed estimator scores the
-        one-hot label).
+        graph's exact posterior and predictive are the fitted model's; with more than two
+        classes the likelihood's ``multiclass="normalised"`` is MVML's rule (each task's
+        probability normalised over the classes).
         """
         combiner = self._combiner()
         if metric is not None or view_weights is not None:
@@ -314,7 +314,8 @@ class MVML(BaseMultiViewClassifier):
                                 learn_w=self.learn_w and view_weights is None)
         return ModelBuilder(None, self._nystrom(), combiner,
                             GaussianLikelihood(sigma=float(np.sqrt(NOISE_VARIANCE)),
-                                               link_slope=link_slope))
+                                               link_slope=link_slope,
+                                               multiclass="normalised"))
 
     def _prepare_training(self, X, y) -> tuple[MultiViewData, np.ndarray, np.ndarray,
                                                 ViewStandardizer | None]:
