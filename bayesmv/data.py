@@ -735,6 +735,20 @@ def label_tasks(y_index: np.ndarray, n_classes: int) -> np.ndarray:
     return np.ascontiguousarray(tasks, dtype=np.float64)
 
 
+def output_codes(n_classes: int, multiclass: str) -> np.ndarray:
+    """±1 code matrix (n_classes, n_tasks): one-vs-all, or minimum output coding (binary
+    digits of the class index, ⌈log₂ n_classes⌉ outputs)."""
+    if n_classes == 2:
+        return np.array([[-1.0], [1.0]])
+    if multiclass == "ova":
+        return label_tasks(np.arange(n_classes), n_classes)
+    if multiclass != "moc":
+        raise ValueError(f"output_codes: multiclass must be 'ova' or 'moc', got {multiclass!r}")
+    n_bits = int(np.ceil(np.log2(n_classes)))
+    bits = (np.arange(n_classes)[:, None] >> np.arange(n_bits)[None, :]) & 1
+    return 2.0 * bits - 1.0
+
+
 #: largest standardised deviation of a column that ``drop_constant`` treats as constant
 _CONSTANT_TOLERANCE = 1e-8
 

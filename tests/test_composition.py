@@ -402,6 +402,58 @@ def test_rhotmvrkm_preset_probabilities_are_the_composed_estimators(small):
                                atol=1e-8)
 
 
+@pytest.mark.python_ops  # evaluates graphs a few times: gcc would be most of it
+def test_rhotmvrkm_output_codes_are_the_composed_estimators():
+    """Five classes by minimum output codes (3 tasks, 3 of 8 codes unused): the builder's
+    likelihood fits the code bits and scores each class by its code's likelihood, so the
+    composed MAP predicts as the preset; the one-vs-rest builder fits five tasks."""
+    views, labels = load_multiple_features(classes=(0, 3, 5, 7, 8))
+    rng = np.random.default_rng(2)
+    idx = rng.permutation(len(labels))
+    cols = [rng.choice(v.shape[1], size=6, replace=False) for v in views[:V]]
+    X = [v[idx[:80]][:, c] for v, c in zip(views, cols, strict=False)]
+    Xt = [v[idx[80:120]][:, c] for v, c in zip(views, cols, strict=False)]
+    y = labels[idx[:80]]
+    rkm = RhoTMVRKM(n_frequencies=20, multiclass="moc", random_seed=0).fit(X, y)
+    builder = rkm.make_builder(rkm.kernels_, rkm.gamma_, rkm.rho_, rkm.alpha_,
+                               decision_rule="add", link_slope=rkm.slope_)
+    assert builder.likelihood.multiclass == "moc"
+    composed = MultiViewClassifier(builder, inference="map", random_seed=0).fit(X, y)
+    assert composed.idata_.fit["f"].shape == (80, 3)
+    np.testing.assert_allclose(composed.predict_proba(Xt), rkm.predict_proba(Xt), atol=1e-8)
+    np.testing.assert_array_equal(composed.predict(Xt), rkm.predict(Xt))
+    builder.likelihood.set_params(multiclass="one_hot")
+    ova = MultiViewClassifier(builder, inference="map", random_seed=0).fit(X, y)
+    assert ova.idata_.fit["f"].shape == (80, 5)
+
+
+def test_code_probabilities_enumerate_the_independent_bits():
+    """``p(class k) ∝ Π_l p_l(code_kl)``, against the distribution of independent bits
+    conditioned on landing on a used code, enumerated over all 2^L bit strings; one-vs-rest
+    codes give the one-hot rule."""
+    from itertools import product
+
+    from bayesmv.components.likelihoods import (
+        code_log_probabilities,
+        one_hot_probabilities,
+    )
+    from bayesmv.data import output_codes
+
+    rng = np.random.default_rng(3)
+    for n_classes in (3, 5, 7):
+        codes = output_codes(n_classes, "moc")
+        p = rng.uniform(0.05, 0.95, size=codes.shape[1])
+        joint = {bits: np.prod(np.where(np.array(bits) > 0, p, 1 - p))
+                 for bits in product((-1.0, 1.0), repeat=codes.shape[1])}
+        used = np.array([joint[tuple(c)] for c in codes])
+        np.testing.assert_allclose(
+            np.exp(code_log_probabilities(np.log(p), np.log1p(-p), codes)),
+            used / used.sum(), rtol=1e-12)
+    log_pos, log_neg = np.log(rng.uniform(0.01, 0.99, (2, 4, 6)))
+    np.testing.assert_allclose(code_log_probabilities(log_pos, log_neg, output_codes(6, "ova")),
+                               one_hot_probabilities(log_pos, log_neg, log=True), atol=1e-12)
+
+
 @pytest.mark.parametrize("learn_A", ["identity", "cov"])
 @pytest.mark.python_ops  # evaluates graphs a few times: gcc would be most of it
 def test_mvml_preset_with_a_fixed_metric_is_the_exact_composed_posterior(learn_A, small):

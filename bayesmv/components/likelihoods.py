@@ -24,6 +24,7 @@ from bayesmv.components.base import (
     Component,
     LatentGaussian,
 )
+from bayesmv.data import output_codes
 
 
 def hinge_log_pseudolikelihood(f: np.ndarray, y: np.ndarray, C: float) -> np.ndarray:
@@ -176,9 +177,34 @@ def one_hot_probabilities(log_pos: np.ndarray, log_neg: np.ndarray, *,
     return log_softmax(logits, axis=-1) if log else softmax(logits, axis=-1)
 
 
-#: how the one-vs-rest tasks' probabilities become class probabilities (more than two
-#: classes); see :func:`multiclass_log_probabilities`
-MULTICLASS_RULES = ("one_hot", "normalised")
+def code_log_probabilities(log_pos: np.ndarray, log_neg: np.ndarray,
+                           codes: np.ndarray) -> np.ndarray:
+    """Class log-probabilities from independent output bits and a ±1 code matrix.
+
+    ``p(class k) ∝ Π_l p_l(codes[k, l])`` with ``log p_l(±1)`` given (last axis: outputs),
+    normalised over the classes (the rows of ``codes``, so codes no class uses get no
+    mass).  With one-vs-rest codes this is :func:`one_hot_probabilities`.
+    """
+    log_pos = np.maximum(np.asarray(log_pos, dtype=float), -LOG_ODDS_LIMIT)
+    log_neg = np.maximum(np.asarray(log_neg, dtype=float), -LOG_ODDS_LIMIT)
+    log_p = log_pos @ (codes.T > 0) + log_neg @ (codes.T < 0)
+    # -inf everywhere (possible only for log-odds near the float limit) would make the
+    # result NaN; written out rather than scipy's log_softmax, whose per-call overhead
+    # dominates the thousands of small calls of ϱTMV-RKM's slope fits
+    log_p = np.maximum(log_p, -np.finfo(float).max)
+    log_p = log_p - np.max(log_p, axis=-1, keepdims=True)
+    return log_p - np.log(np.sum(np.exp(log_p), axis=-1, keepdims=True))
+
+
+#: how the tasks' probabilities become class probabilities (more than two classes); see
+#: :func:`multiclass_log_probabilities`
+MULTICLASS_RULES = ("one_hot", "normalised", "moc")
+
+
+def task_codes(likelihood, n_classes: int) -> np.ndarray:
+    """The ±1 code matrix (n_classes, n_tasks) of a likelihood's ``multiclass`` rule: one
+    task for two classes; minimum output codes for ``"moc"``; else one task per class."""
+    return output_codes(n_classes, "moc" if likelihood.multiclass == "moc" else "ova")
 
 
 def check_multiclass_rule(likelihood) -> None:
@@ -189,17 +215,23 @@ def check_multiclass_rule(likelihood) -> None:
 
 
 def multiclass_log_probabilities(log_pos: np.ndarray, log_neg: np.ndarray, rule: str,
-                                 axis: int | None = 0) -> np.ndarray:
+                                 axis: int | None = 0,
+                                 codes: np.ndarray | None = None) -> np.ndarray:
     """Log class probabilities from the tasks' ``log ℓ_t(±1)`` per posterior draw.
 
     ``"one_hot"``: :func:`one_hot_probabilities` at each draw, averaged over the draws;
     ``"normalised"``: each task's positive probability averaged over the draws, then
-    normalised over the classes (:func:`class_probabilities`).  For one task (two classes)
-    both are ``[p(-1), p(+1)]`` averaged.  ``axis=None``: per draw, no average.
+    normalised over the classes (:func:`class_probabilities`); ``"moc"``: the likelihood of
+    each class's minimum output code (``codes``, :func:`task_codes`) at each draw
+    (:func:`code_log_probabilities`), averaged.  For one task (two classes) every rule is
+    ``[p(-1), p(+1)]`` averaged.  ``axis=None``: per draw, no average.
     """
     if rule == "normalised" and np.shape(log_pos)[-1] > 1:
         return class_probabilities(log_pos, axis=axis, log=True)
-    log_q = one_hot_probabilities(log_pos, log_neg, log=True)
+    if rule == "moc" and np.shape(log_pos)[-1] > 1:
+        log_q = code_log_probabilities(log_pos, log_neg, codes)
+    else:
+        log_q = one_hot_probabilities(log_pos, log_neg, log=True)
     return log_q if axis is None else log_mean_exp(log_q, axis=axis)
 
 
@@ -216,9 +248,10 @@ class HingeLikelihood(Component):
         fit's own pseudo-likelihood normalised over ±1.  A calibration fitted outside the
         density (e.g. MVL-SVM's held-out ``link_constant_``) goes here; it does not change
         the fit.
-    multiclass : {"one_hot", "normalised"}, default "one_hot"
-        With more than two classes, how the one-vs-rest tasks' probabilities become class
-        probabilities (:func:`multiclass_log_probabilities`).
+    multiclass : {"one_hot", "normalised", "moc"}, default "one_hot"
+        With more than two classes: one-vs-rest tasks whose probabilities make class
+        probabilities by the one-hot label's likelihood or normalised, or minimum output
+        codes, ⌈log₂ K⌉ tasks (:func:`task_codes`, :func:`multiclass_log_probabilities`).
     """
 
     consumes = (DECISION,)
@@ -275,9 +308,10 @@ class GaussianLikelihood(Component):
         included), the likelihood normalised over the targets ±1.  A calibration fitted
         outside the density (e.g. ϱTMV-RKM's or MVML's temperature ``slope_``) goes here; it
         does not change the fit.
-    multiclass : {"one_hot", "normalised"}, default "one_hot"
-        With more than two classes, how the one-vs-rest tasks' probabilities become class
-        probabilities (:func:`multiclass_log_probabilities`).
+    multiclass : {"one_hot", "normalised", "moc"}, default "one_hot"
+        With more than two classes: one-vs-rest tasks whose probabilities make class
+        probabilities by the one-hot label's likelihood or normalised, or minimum output
+        codes, ⌈log₂ K⌉ tasks (:func:`task_codes`, :func:`multiclass_log_probabilities`).
 
     Notes
     -----
@@ -373,9 +407,10 @@ class LogisticLikelihood(Component):
 
     Parameters
     ----------
-    multiclass : {"one_hot", "normalised"}, default "one_hot"
-        With more than two classes, how the one-vs-rest tasks' probabilities become class
-        probabilities (:func:`multiclass_log_probabilities`).
+    multiclass : {"one_hot", "normalised", "moc"}, default "one_hot"
+        With more than two classes: one-vs-rest tasks whose probabilities make class
+        probabilities by the one-hot label's likelihood or normalised, or minimum output
+        codes, ⌈log₂ K⌉ tasks (:func:`task_codes`, :func:`multiclass_log_probabilities`).
     """
 
     consumes = (DECISION,)

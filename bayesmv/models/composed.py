@@ -26,9 +26,10 @@ from bayesmv.components.likelihoods import (
     log_expected_sigmoid,
     log_hinge_probability,
     multiclass_log_probabilities,
+    task_codes,
 )
 from bayesmv.components.linear import to_dense
-from bayesmv.data import MultiViewData, ViewStandardizer, label_tasks
+from bayesmv.data import MultiViewData, ViewStandardizer
 from bayesmv.inference import engines
 from bayesmv.inference.predict import GraphPredictor, prediction_rng, with_input_draws
 from bayesmv.inference.sample import check_nuts_sampler
@@ -234,7 +235,7 @@ class MultiViewClassifier(BaseMultiViewClassifier):
         standardizer = (ViewStandardizer(drop_constant=builder.models_views).fit(data)
                         if self.standardize else None)
         train = standardizer.transform(data) if standardizer is not None else data
-        targets = label_tasks(y_index, len(classes))
+        targets = task_codes(builder.likelihood, len(classes))[y_index]
         start = time.perf_counter()
         built = builder.build(train, targets)
         inference = engines.resolve(built, self.inference)
@@ -362,7 +363,7 @@ class MultiViewClassifier(BaseMultiViewClassifier):
         if vars(self).get("_posterior_factor") is None:  # after load: from the graph
             vars(self)["_posterior_factor"] = _posterior_directions(self._training_build())
         at_mode, directions = vars(self)["_posterior_factor"]
-        T = 1 if len(self.classes_) == 2 else len(self.classes_)
+        T = self._codes().shape[1]
         predictor = GraphPredictor(self.builder_, self._fitted(), self._prepare(X), T)
         names = predictor.names
         columns = predictor.linearised(at_mode, {n: np.stack([d[n] for d in directions])
@@ -372,7 +373,7 @@ class MultiViewClassifier(BaseMultiViewClassifier):
 
     def _draws_at(self, X) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         data = self._prepare(X)
-        T = 1 if len(self.classes_) == 2 else len(self.classes_)
+        T = self._codes().shape[1]
         predictor = GraphPredictor(self.builder_, self._fitted(), data, T)
         wanted = list(predictor.names)
         post = self.idata_.posterior
@@ -404,7 +405,12 @@ class MultiViewClassifier(BaseMultiViewClassifier):
         """Log class probabilities per draw by the likelihood's ``multiclass`` rule
         (:func:`multiclass_log_probabilities`), ``[1 - p, p]`` for two classes."""
         return multiclass_log_probabilities(*self._log_task_probability_draws(X),
-                                            self.builder_.likelihood.multiclass, axis=None)
+                                            self.builder_.likelihood.multiclass, axis=None,
+                                            codes=self._codes())
+
+    def _codes(self) -> np.ndarray:
+        """The ±1 code matrix (n_classes, n_tasks) the tasks were fitted to."""
+        return task_codes(self.builder_.likelihood, len(self.classes_))
 
     def _decision_draws(self, X) -> np.ndarray:
         return self._draws_at(X)[0]
@@ -422,8 +428,9 @@ class MultiViewClassifier(BaseMultiViewClassifier):
                 self._noise_variance({}, 1))[0])
             return multiclass_log_probabilities(log_expected_sigmoid(mean, var, slope),
                                                 log_expected_sigmoid(-mean, var, slope),
-                                                rule, axis=None)
-        return multiclass_log_probabilities(*self._log_task_probability_draws(X), rule)
+                                                rule, axis=None, codes=self._codes())
+        return multiclass_log_probabilities(*self._log_task_probability_draws(X), rule,
+                                            codes=self._codes())
 
     def predict_proba(self, X) -> np.ndarray:
         """Posterior-predictive class probabilities: per draw, the likelihood of each class's

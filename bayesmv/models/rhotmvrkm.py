@@ -27,7 +27,11 @@ from scipy.special import log_expit
 from bayesmv.builder import BuiltModel, ModelBuilder
 from bayesmv.components.base import Identity
 from bayesmv.components.kernels import KERNELS, ViewKernels, ViewRandomFeatures
-from bayesmv.components.likelihoods import GaussianLikelihood, log_expected_sigmoid
+from bayesmv.components.likelihoods import (
+    GaussianLikelihood,
+    code_log_probabilities,
+    log_expected_sigmoid,
+)
 from bayesmv.components.tensor import (
     RhoTensorCombiner,
     combine_kernels,
@@ -35,7 +39,7 @@ from bayesmv.components.tensor import (
     mix_sum_and_product,
     tau_of,
 )
-from bayesmv.data import MultiViewData, ViewStandardizer, label_tasks
+from bayesmv.data import MultiViewData, ViewStandardizer, output_codes
 from bayesmv.inference.conjugate import FeaturePosterior, KernelPosterior
 from bayesmv.inference.evidence import (
     LOG_LAM_RANGE,
@@ -50,18 +54,6 @@ from bayesmv.inference.evidence import (
 )
 from bayesmv.models.base import BaseMultiViewClassifier, register
 from bayesmv.params import check_positive
-
-
-def output_codes(n_classes: int, multiclass: str) -> np.ndarray:
-    """±1 code matrix (n_classes, n_tasks): one-vs-all, or minimum output coding (binary
-    digits of the class index, ⌈log₂ n_classes⌉ outputs)."""
-    if n_classes == 2:
-        return np.array([[-1.0], [1.0]])
-    if multiclass == "ova":
-        return label_tasks(np.arange(n_classes), n_classes)
-    n_bits = int(np.ceil(np.log2(n_classes)))
-    bits = (np.arange(n_classes)[:, None] >> np.arange(n_bits)[None, :]) & 1
-    return 2.0 * bits - 1.0
 
 
 def output_log_bits(F: np.ndarray, var: np.ndarray | None,
@@ -96,14 +88,7 @@ def class_log_probabilities(F: np.ndarray, var: np.ndarray | None, slope: float,
     codes : ndarray (n_classes, n_outputs)
         The ±1 output codes (:func:`output_codes`).
     """
-    log_pos, log_neg = output_log_bits(F, var, slope)
-    log_p = log_pos @ (codes.T > 0) + log_neg @ (codes.T < 0)
-    # -inf everywhere (possible only for |F| near the float limit) would make the result NaN;
-    # written out rather than scipy's log_softmax, whose per-call overhead dominates the
-    # thousands of small calls of the slope fits
-    log_p = np.maximum(log_p, -np.finfo(float).max)
-    log_p = log_p - np.max(log_p, axis=-1, keepdims=True)
-    return log_p - np.log(np.sum(np.exp(log_p), axis=-1, keepdims=True))
+    return code_log_probabilities(*output_log_bits(F, var, slope), codes)
 
 
 @register
@@ -356,7 +341,9 @@ class RhoTMVRKM(BaseMultiViewClassifier):
                             RhoTensorCombiner(rho, self.eta, decision_rule),
                             GaussianLikelihood(sigma=sigma,
                                                variance_range=tuple(np.exp(LOG_LAM_RANGE)),
-                                               link_slope=link_slope))
+                                               link_slope=link_slope,
+                                               multiclass=("moc" if self.multiclass == "moc"
+                                                           else "one_hot")))
 
     def build_model(self, X, y) -> BuiltModel:
         """Validate and standardise (X, y) and build the ``pm.Model`` (nothing is fitted).
