@@ -192,8 +192,11 @@ def test_shared_latent_with_dp_random_features_and_logistic_fits_by_nuts(small):
 
 def test_an_engine_that_does_not_apply_is_refused_before_fitting(small):
     X, y, _, _ = small
-    with pytest.raises(ValueError, match="'auto' does not apply.*Gaussian process's closed form"):
-        MultiViewClassifier(make("identity", "view kernels", "rho-tensor", "Gaussian")).fit(X, y)
+    est = MultiViewClassifier(make("identity", "view kernels", "rho-tensor", "Gaussian"),
+                              inference="laplace")
+    with pytest.raises(ValueError, match="no explicit decision values f .*laplace does not "
+                                         "apply; use one of .'exact', 'map', 'nuts'"):
+        est.fit(X, y)
     est = MultiViewClassifier(make("identity", "linear", "sum", "hinge"), inference="laplace")
     with pytest.raises(ValueError, match="hinge pseudo-likelihood has zero curvature"):
         est.fit(X, y)
@@ -400,6 +403,67 @@ def test_rhotmvrkm_preset_probabilities_are_the_composed_estimators(small):
         inference="map", random_seed=0).fit(X3, labels[idx[:60]])
     np.testing.assert_allclose(composed3.predict_proba(Xt3), rkm3.predict_proba(Xt3),
                                atol=1e-8)
+
+
+@pytest.mark.python_ops  # evaluates graphs a few times: gcc would be most of it
+def test_rhotmvrkm_exact_kernel_defaults_are_the_composed_estimators(small):
+    """ϱTMV-RKM's defaults use exact kernels: the graph integrates the Gaussian process out
+    (no explicit f) and the composed estimator conditions it on the training rows.  Its MAP
+    (the bias's mode, hyper-parameters from the preset's criterion, the paper's ``τg + b``,
+    the temperature slope) predicts as the preset, two and three classes, one-vs-all and
+    output codes; its exact posterior (the bias's variance added) as the Laplace preset."""
+    X, y, Xt, _ = small
+    for settings, inference in (({}, "map"), ({"inference": "laplace"}, "exact")):
+        rkm = RhoTMVRKM(random_seed=0, **settings).fit(X, y)
+        builder = rkm.make_builder(rkm.kernels_, rkm.gamma_, rkm.rho_, rkm.alpha_,
+                                   decision_rule="add", link_slope=rkm.slope_)
+        composed = MultiViewClassifier(builder, inference=inference, random_seed=0).fit(X, y)
+        assert "f" not in composed.model_.named_vars
+        proba = composed.predict_proba(Xt)
+        np.testing.assert_allclose(proba, rkm.predict_proba(Xt), atol=1e-8)
+        assert np.ptp(proba[:, 1]) > 0.5
+    views, labels = load_multiple_features(classes=(3, 5, 8))
+    rng = np.random.default_rng(1)
+    idx = rng.permutation(len(labels))
+    cols = [rng.choice(v.shape[1], size=6, replace=False) for v in views[:V]]
+    X3 = [v[idx[:60]][:, c] for v, c in zip(views, cols, strict=False)]
+    Xt3 = [v[idx[60:90]][:, c] for v, c in zip(views, cols, strict=False)]
+    for multiclass in ("ova", "moc"):
+        rkm = RhoTMVRKM(multiclass=multiclass, random_seed=0).fit(X3, labels[idx[:60]])
+        composed = MultiViewClassifier(
+            rkm.make_builder(rkm.kernels_, rkm.gamma_, rkm.rho_, rkm.alpha_,
+                             decision_rule="add", link_slope=rkm.slope_),
+            inference="map", random_seed=0).fit(X3, labels[idx[:60]])
+        proba = composed.predict_proba(Xt3)
+        np.testing.assert_allclose(proba, rkm.predict_proba(Xt3), atol=1e-8)
+        with tempfile.TemporaryDirectory() as tmp:
+            composed.save(f"{tmp}/m")
+            np.testing.assert_array_equal(bayesmv.load(f"{tmp}/m").predict_proba(Xt3), proba)
+
+
+@pytest.mark.python_ops  # evaluates graphs a few times: gcc would be most of it
+def test_linear_kernel_process_is_the_weight_space_model(small):
+    """Function space against weight space: the ϱ-tensor process of linear kernels at ϱ = 0,
+    ``K = Σ_v X_v X_vᵀ / (η V²)`` with noise ``σ²/V²``, is the Bayesian linear model
+    ``f = b + Σ_v X_v w_v``, ``w ~ N(0, 1/(η V²))``, noise ``σ/V``, flat b.  The process's
+    predictive (kernel solves, conditioned on the training rows) and the weights' exact
+    posterior (the engine's Gaussian, linearised predictive) give the same probabilities;
+    the MAP, the same decision values' plug-in probabilities."""
+    X, y, Xt, _ = small
+    eta, sigma = 2.0, 3.0  # σ/V = 1: probabilities that are not saturated
+    process = ModelBuilder(None, ViewKernels("linear"), RhoTensorCombiner(0.0, eta),
+                           GaussianLikelihood(sigma))
+    weights = ModelBuilder(None, LinearFeatures(), SumCombiner(eta * V**2, flat_bias=True),
+                           GaussianLikelihood(sigma / V))
+    for inference in ("exact", "map"):
+        a = MultiViewClassifier(process, inference=inference, random_seed=0).fit(X, y)
+        b = MultiViewClassifier(weights, inference=inference, random_seed=0).fit(X, y)
+        pa, pb = a.predict_proba(Xt), b.predict_proba(Xt)
+        np.testing.assert_allclose(pa, pb, atol=1e-7)
+        assert np.ptp(pa[:, 1]) > 0.3
+    # and the exact predictive is not the plug-in one: the posterior's spread is counted
+    exact = MultiViewClassifier(process, inference="exact", random_seed=0).fit(X, y)
+    assert np.abs(exact.predict_proba(Xt) - pa).max() > 1e-3
 
 
 @pytest.mark.python_ops  # evaluates graphs a few times: gcc would be most of it

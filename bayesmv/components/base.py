@@ -237,12 +237,15 @@ class LatentGaussian:
 
     ``cov`` is the prior covariance of ``g`` (shared by every task), or ``None`` when ``mean``
     already holds the whole latent with its weights explicit.  ``noise_factor`` multiplies the
-    likelihood's own noise variance (the ϱ-tensor model's ``1/τ²``).
+    likelihood's own noise variance (the ϱ-tensor model's ``1/τ²``).  ``decision_scale``: the
+    decision value prediction reads is ``mean + decision_scale·g`` (the ϱ-tensor paper's
+    ``τg + b``); the likelihood sees ``mean + g``.
     """
 
     mean: Any
     cov: Any = None
     noise_factor: Any = 1.0
+    decision_scale: Any = 1.0
 
 
 class WideFlatRV(RandomVariable):

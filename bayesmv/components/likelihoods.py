@@ -290,6 +290,13 @@ class HingeLikelihood(Component):
         return hinge_probability(f, self.probability_constant)
 
 
+#: what a Gaussian-process graph built for prediction (on the training rows followed by the
+#: new rows) records: the process's mean (one per task), its prior covariance over all its
+#: rows, and the scale of ``g`` in the decision value
+#: (:class:`~bayesmv.inference.predict.GaussianProcessPredictor`)
+GP_MEAN, GP_COVARIANCE, GP_DECISION_SCALE = "gp_mean", "gp_covariance", "gp_decision_scale"
+
+
 class GaussianLikelihood(Component):
     """Least squares: ``y ~ N(f, σ²)`` for every task column.
 
@@ -350,9 +357,14 @@ class GaussianLikelihood(Component):
 
     def build(self, ctx: BuildContext, f) -> None:
         check_multiclass_rule(self)
-        if ctx.predicting:
-            return
         latent = f if isinstance(f, LatentGaussian) else LatentGaussian(f)
+        if ctx.predicting:
+            if latent.cov is not None:  # no explicit f: prediction conditions the process
+                pm.Deterministic(GP_MEAN, pt.broadcast_to(pt.as_tensor(latent.mean),
+                                                          (ctx.n_tasks,)))
+                pm.Deterministic(GP_COVARIANCE, latent.cov)
+                pm.Deterministic(GP_DECISION_SCALE, pt.as_tensor(latent.decision_scale))
+            return
         variance = self._variance() * latent.noise_factor
         if isinstance(latent.noise_factor, int | float):
             ctx.state["noise_factor"] = float(latent.noise_factor)

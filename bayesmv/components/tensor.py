@@ -82,10 +82,11 @@ class RhoTensorCombiner(Component):
     eta : float
         The paper's η: the prior covariance of the decision values is ``K_ϱ / (η τ²)``.
     decision_rule : {"model", "add"}, default "model"
-        What the graph's ``f`` (the decision value prediction reads) is, with random
-        features: ``"model"``, the Gaussian model's ``g + b``; ``"add"``, the paper's
-        eq. 15, ``τg + b`` (its linear system is τ times the model's).  The likelihood sees
-        ``g + b`` either way, so the fit is the same.
+        What the decision value prediction reads is: ``"model"``, the Gaussian model's
+        ``g + b``; ``"add"``, the paper's eq. 15, ``τg + b`` (its linear system is τ times
+        the model's).  The likelihood sees ``g + b`` either way, so the fit is the same.
+        With random features it is the graph's ``f``; with exact kernels the process's
+        ``decision_scale`` (:class:`~bayesmv.components.base.LatentGaussian`).
     """
 
     consumes = (GRAMS, VIEW_FEATURES)
@@ -118,7 +119,8 @@ class RhoTensorCombiner(Component):
             return LatentGaussian(mean=h, cov=None, noise_factor=tau**-2)
         tau = tau_of(rho, len(kernels))
         return LatentGaussian(mean=bias, cov=combine_kernels(kernels, rho) / (self.eta * tau**2),
-                              noise_factor=tau**-2)
+                              noise_factor=tau**-2,
+                              decision_scale=tau if self.decision_rule == "add" else 1.0)
 
     def initial_values(self, ctx: BuildContext, rng=None) -> dict[str, np.ndarray]:
         out = {"b": np.zeros(ctx.n_tasks)}

@@ -97,9 +97,17 @@ class KernelPosterior:
         return cls(chol=L, weights=CiY - np.outer(Ci1, bias), bias=bias, ones_solve=Ci1,
                    ones_precision=s)
 
-    def mean(self, K_cross: np.ndarray) -> np.ndarray:
-        """Posterior mean of the latent g at new points (rows of ``K_cross = k(x*, X)``)."""
-        return K_cross @ self.weights
+    def mean(self, K_cross: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
+        """Posterior mean of the latent g at new points (rows of ``K_cross = k(x*, X)``): with
+        b integrated out, or given the bias ``b`` (T,), ``k*ᵀC⁻¹(y - b)``."""
+        if bias is None:
+            return K_cross @ self.weights
+        return K_cross @ (self.weights + np.outer(self.ones_solve, self.bias - bias))
+
+    def latent_variance(self, K_cross: np.ndarray, k_diag: np.ndarray) -> np.ndarray:
+        """Posterior variance of g(x*) given b, ``k** - k*ᵀC⁻¹k*`` (the same for every task)."""
+        Z = linalg.solve_triangular(self.chol, K_cross.T, lower=True)
+        return np.maximum(k_diag - np.sum(Z**2, axis=0), 0.0)
 
     def variance(self, K_cross: np.ndarray, k_diag: np.ndarray, scale: float = 1.0
                  ) -> np.ndarray:
@@ -108,9 +116,8 @@ class KernelPosterior:
         ``scale² (k** - k*ᵀC⁻¹k*) + (1 - scale·k*ᵀC⁻¹1)² / (1ᵀC⁻¹1)``: the GP variance plus the
         bias's, with their covariance ``-k*ᵀC⁻¹1 / 1ᵀC⁻¹1``.
         """
-        Z = linalg.solve_triangular(self.chol, K_cross.T, lower=True)
-        gp = np.maximum(k_diag - np.sum(Z**2, axis=0), 0.0)
-        return scale**2 * gp + (1.0 - scale * K_cross @ self.ones_solve) ** 2 / self.ones_precision
+        return (scale**2 * self.latent_variance(K_cross, k_diag)
+                + (1.0 - scale * K_cross @ self.ones_solve) ** 2 / self.ones_precision)
 
     def draws(self, K: np.ndarray, Y: np.ndarray, noise_variance: float, n_draws: int,
               rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:

@@ -58,6 +58,9 @@ from bayesmv.inference.predict import DrawFunction
 INFERENCES = ("auto", "exact", "map", "laplace", "nuts", "gibbs", "hybrid")
 #: the order in which ``"auto"`` tries them: exact draws, then exact samplers, then NUTS
 AUTO_ORDER = ("exact", "gibbs", "hybrid", "nuts")
+#: the engines for a Gaussian-process graph (no explicit f; its hyper-parameters and bias
+#: are the free variables): those that need no linearisation of f
+GAUSSIAN_PROCESS_INFERENCES = ("exact", "map", "nuts")
 #: a full Hessian (Laplace, exact) is formed up to this many parameters
 FULL_HESSIAN_MAX = 3000
 #: above this Pareto k̂ of its draws a Gaussian approximation is warned about (Vehtari et al.)
@@ -163,10 +166,11 @@ def why_not(built: BuiltModel, inference: str) -> str | None:
     b = built.builder
     rep, fmap, comb, lik = b.pieces
     names = " + ".join(type(p).__name__ for p in b.pieces)
-    if "f" not in built.model.named_vars:
+    if "f" not in built.model.named_vars and inference not in GAUSSIAN_PROCESS_INFERENCES:
         return (f"{names} has no explicit decision values f (a Gaussian-process combiner): "
-                "its posterior and predictions are the Gaussian process's closed form "
-                "(inference/evidence.py chooses its hyper-parameters)")
+                f"{inference} does not apply; use one of {GAUSSIAN_PROCESS_INFERENCES} (the "
+                "process is integrated out, and predictions condition it on the training "
+                "rows)")
     if inference == "exact":
         reason = _not_gaussian(built)
         return None if reason is None else f"exact needs a Gaussian posterior ({names}: {reason})"

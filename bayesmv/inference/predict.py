@@ -22,7 +22,10 @@ except ImportError:  # pragma: no cover - older PyTensor
     from pytensor.graph.basic import ancestors
 
 from bayesmv.builder import ModelBuilder
+from bayesmv.components.likelihoods import GP_COVARIANCE, GP_DECISION_SCALE, GP_MEAN
+from bayesmv.components.linear import to_dense
 from bayesmv.data import MultiViewData
+from bayesmv.inference.conjugate import KernelPosterior
 
 
 class DrawFunction:
@@ -122,6 +125,77 @@ class GraphPredictor(DrawFunction):
                  n_tasks: int) -> None:
         built = builder.build(data, None, fitted=fitted, n_outputs=n_tasks)
         super().__init__(built.model, built.context.state.get("prediction_inputs", {}))
+
+
+class GaussianProcessPredictor:
+    """Decision values on new rows of a Gaussian-process model: a combiner that hands the
+    likelihood a prior covariance instead of an explicit ``f`` (exact per-view kernels).
+
+    The builder builds the graph once more on the training rows followed by the new rows, and
+    the process's covariance over all of them (the graph's own expression, which the
+    likelihood records as ``GP_COVARIANCE``, with the decision value's scale of ``g``) is
+    compiled as a function of the free variables.  At a posterior point the new rows' decision
+    values ``b + s·g*`` are Gaussian given the training targets and the bias b: mean
+    ``b + s k*ᵀC⁻¹(y - b)``, variance ``s²(k** - k*ᵀC⁻¹k*)``, ``C = K + σ²I``
+    (:class:`~bayesmv.inference.conjugate.KernelPosterior`).
+
+    Parameters
+    ----------
+    builder : ModelBuilder
+    fitted : dict
+        The training build's ``context.state``.
+    train, new : MultiViewData
+        The training rows and the new rows (standardised as the training rows were).
+    n_tasks : int
+    """
+
+    def __init__(self, builder: ModelBuilder, fitted: dict, train: MultiViewData,
+                 new: MultiViewData, n_tasks: int) -> None:
+        both = MultiViewData(
+            views=tuple(np.vstack([to_dense(a), to_dense(b)])
+                        for a, b in zip(train.views, new.views, strict=True)),
+            view_names=train.view_names, observed=np.vstack([train.observed, new.observed]))
+        model = builder.build(both, None, fitted=fitted, n_outputs=n_tasks).model
+        rvs = list(model.free_RVs)
+        holders = [rv.type(name=rv.name) for rv in rvs]
+        mean, *outputs = clone_replace(
+            [model[GP_MEAN], model[GP_COVARIANCE], model[GP_DECISION_SCALE]],
+            replace=dict(zip(rvs, holders, strict=True)))
+        self._mean_fn = pytensor.function(holders, mean, on_unused_input="ignore")
+        self._fn = pytensor.function(holders, outputs, on_unused_input="ignore")
+        inputs = set(ancestors(outputs))
+        #: the free variables the covariance depends on (the process's mean is not one)
+        self._covariance_inputs = [h.name for h in holders if h in inputs]
+        self.names = [rv.name for rv in rvs]
+        self.n_train = train.n_samples
+        self._factor: tuple | None = None
+
+    def _args(self, point: dict[str, np.ndarray]) -> list[np.ndarray]:
+        return [np.asarray(point[n], dtype=float) for n in self.names]
+
+    def process_mean(self, point: dict[str, np.ndarray]) -> np.ndarray:
+        """The process's mean b (T,) at a posterior point (named free variables)."""
+        return np.asarray(self._mean_fn(*self._args(point)), dtype=float)
+
+    def moments(self, point: dict[str, np.ndarray], targets: np.ndarray,
+                noise_variance: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """At one posterior point (named free variables): the new rows' decision values'
+        mean (m, T) and variance (m,) given the process's mean b there, and the coefficient
+        c (m,) of b in that mean (a Gaussian b adds ``c² Var(b)``).  The training system is
+        factorised once per value of the covariance's inputs and the noise."""
+        key = (float(noise_variance),
+               *(np.asarray(point[n], dtype=float).tobytes() for n in self._covariance_inputs))
+        if self._factor is None or self._factor[0] != key:
+            cov, scale = self._fn(*self._args(point))
+            n = self.n_train
+            posterior = KernelPosterior.fit(cov[:n, :n], targets, float(noise_variance),
+                                            what="the Gaussian process's covariance plus noise")
+            self._factor = (key, posterior, cov[n:, :n], np.diag(cov)[n:], float(scale))
+        _, posterior, cross, diagonal, scale = self._factor
+        bias = self.process_mean(point)
+        mean = bias + scale * posterior.mean(cross, bias)
+        variance = scale**2 * posterior.latent_variance(cross, diagonal)
+        return mean, variance, 1.0 - scale * cross @ posterior.ones_solve
 
 
 def prediction_rng(random_seed: int | None) -> np.random.Generator:

@@ -31,7 +31,12 @@ from bayesmv.components.likelihoods import (
 from bayesmv.components.linear import to_dense
 from bayesmv.data import MultiViewData, ViewStandardizer
 from bayesmv.inference import engines
-from bayesmv.inference.predict import GraphPredictor, prediction_rng, with_input_draws
+from bayesmv.inference.predict import (
+    GaussianProcessPredictor,
+    GraphPredictor,
+    prediction_rng,
+    with_input_draws,
+)
 from bayesmv.inference.sample import check_nuts_sampler
 from bayesmv.models.base import BaseMultiViewClassifier, register, thinned_draws
 from bayesmv.params import check_ensemble, check_positive
@@ -81,7 +86,11 @@ class MultiViewClassifier(BaseMultiViewClassifier):
         ``inference="exact"`` with two classes integrates the exact Gaussian predictive of
         ``f`` in closed form (see :meth:`predict_proba`); where the posterior is Gaussian,
         ``"map"`` finds its mode in closed form too (``attrs["solver"]`` is
-        ``"gaussian_map"``).
+        ``"gaussian_map"``).  A Gaussian-process graph (exact per-view kernels: no explicit
+        ``f``, the process integrated out) fits with exact, map or nuts, and predicts by
+        conditioning the process on the stored training rows at each posterior draw
+        (:class:`~bayesmv.inference.predict.GaussianProcessPredictor`; a MAP fit's
+        probabilities are plug-in).
     draws, tune, chains : int
         Posterior draws per chain, tuning iterations and chains (samplers); ``draws`` is also
         the number of draws of the exact and Laplace posteriors.
@@ -296,13 +305,17 @@ class MultiViewClassifier(BaseMultiViewClassifier):
         self.inference_ = state["inference_"]
         self.n_features_in_ = int(sum(self.layout_.view_sizes))
 
-    def _training_build(self) -> BuiltModel:
+    def _training_data(self) -> tuple[MultiViewData, np.ndarray]:
+        """The stored (standardised) training rows and their task targets."""
         const = self.idata_.constant_data
         names = list(self.layout_.view_names)
         views = tuple(np.asarray(const[f"train_view_{v}"].values) for v in range(len(names)))
         train = MultiViewData(views=views, view_names=tuple(names),
                               observed=np.asarray(const["train_observed"].values, dtype=bool))
-        return self.builder_.build(train, np.asarray(const["train_targets"].values))
+        return train, np.asarray(const["train_targets"].values)
+
+    def _training_build(self) -> BuiltModel:
+        return self.builder_.build(*self._training_data())
 
     @property
     def model_(self) -> pm.Model:
@@ -363,6 +376,14 @@ class MultiViewClassifier(BaseMultiViewClassifier):
         if vars(self).get("_posterior_factor") is None:  # after load: from the graph
             vars(self)["_posterior_factor"] = _posterior_directions(self._training_build())
         at_mode, directions = vars(self)["_posterior_factor"]
+        process = self._gaussian_process(X)
+        if process is not None:
+            # given the bias the process is Gaussian; the bias's exact posterior adds c² Var(b)
+            _, targets = self._training_data()
+            mean, var, coef = process.moments(at_mode, targets, self._noise_variance({}, 1)[0])
+            b = process.process_mean(at_mode)
+            var_b = sum((process.process_mean(d) - b) ** 2 for d in directions)
+            return mean, var[:, None] + coef[:, None] ** 2 * var_b[None, :]
         T = self._codes().shape[1]
         predictor = GraphPredictor(self.builder_, self._fitted(), self._prepare(X), T)
         names = predictor.names
@@ -371,7 +392,40 @@ class MultiViewClassifier(BaseMultiViewClassifier):
         mean = predictor({n: np.asarray(at_mode[n])[None] for n in names})[0]
         return mean, np.sum((columns - mean) ** 2, axis=0)
 
+    def _gaussian_process(self, X) -> GaussianProcessPredictor | None:
+        """The predictor of a Gaussian-process graph (no explicit ``f``) on the rows X, or
+        None for a graph with ``f``."""
+        if "f" in self.model_.named_vars:
+            return None
+        return GaussianProcessPredictor(self.builder_, self._fitted(), self._training_data()[0],
+                                        self._prepare(X), self._codes().shape[1])
+
+    def _process_draws_at(self, process: GaussianProcessPredictor
+                          ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """A Gaussian process's decision values on new rows per posterior draw: its mean
+        given the draw's bias and hyper-parameters (the modes of a MAP fit: plug-in), plus
+        a draw of the process's conditional spread (sampled and exact posteriors)."""
+        post = self.idata_.posterior
+        wanted = list(process.names)
+        wanted += [n for n in ("sigma", "log_noise_variance", "noise_variance") if n in post]
+        draws = thinned_draws(post, wanted, int(self.max_predict_draws))
+        n_draws = len(draws[process.names[0]])
+        noise = self._noise_variance(draws, n_draws)
+        _, targets = self._training_data()
+        rng = prediction_rng(self.random_seed)
+        f = []
+        for s in range(n_draws):
+            mean, var, _ = process.moments({n: draws[n][s] for n in process.names}, targets,
+                                           noise[s])
+            if self.inference_ != "map":
+                mean = mean + np.sqrt(var)[:, None] * rng.standard_normal(mean.shape)
+            f.append(mean)
+        return np.stack(f), draws
+
     def _draws_at(self, X) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        process = self._gaussian_process(X)
+        if process is not None:
+            return self._process_draws_at(process)
         data = self._prepare(X)
         T = self._codes().shape[1]
         predictor = GraphPredictor(self.builder_, self._fitted(), data, T)
