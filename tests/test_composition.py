@@ -422,6 +422,10 @@ def test_rhotmvrkm_exact_kernel_defaults_are_the_composed_estimators(small):
         proba = composed.predict_proba(Xt)
         np.testing.assert_allclose(proba, rkm.predict_proba(Xt), atol=1e-8)
         assert np.ptp(proba[:, 1]) > 0.5
+    # PyMC's own tools on the process's graph
+    assert "y_obs" in pm.model_to_graphviz(composed.model_).source
+    prior = pm.sample_prior_predictive(draws=5, model=composed.model_, random_seed=0)
+    assert np.all(np.isfinite(prior.prior_predictive["y_obs"].values))
     views, labels = load_multiple_features(classes=(3, 5, 8))
     rng = np.random.default_rng(1)
     idx = rng.permutation(len(labels))
