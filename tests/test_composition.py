@@ -93,6 +93,17 @@ def small():
             [v[te][:, c] for v, c in zip(views, cols, strict=False)], y[te])
 
 
+@pytest.fixture(scope="module")
+def three_classes():
+    """60 training and 30 test rows of the digits 3, 5 and 8, the small problem's views."""
+    views, labels = load_multiple_features(classes=(3, 5, 8))
+    rng = np.random.default_rng(1)
+    idx = rng.permutation(len(labels))
+    cols = [rng.choice(v.shape[1], size=6, replace=False) for v in views[:V]]
+    return ([v[idx[:60]][:, c] for v, c in zip(views, cols, strict=False)], labels[idx[:60]],
+            [v[idx[60:90]][:, c] for v, c in zip(views, cols, strict=False)])
+
+
 @pytest.mark.parametrize("cell", CELLS, ids=[" + ".join(c) for c in CELLS])
 def test_every_cell_is_built_or_refused_with_both_pieces_named(cell):
     try:
@@ -286,21 +297,15 @@ def test_mvm_preset_is_the_composed_estimator_with_its_builder(small):
     np.testing.assert_allclose(composed.predict_proba(Xt), mvm.predict_proba(Xt), atol=1e-8)
 
 
-def test_mvm_multiclass_preset_is_the_composed_estimator_with_its_builder():
+def test_mvm_multiclass_preset_is_the_composed_estimator_with_its_builder(three_classes):
     """Three classes: both average, over the modes, the likelihood of the one-hot label under
     the one-vs-rest tasks (MVM's probability is its own code, the composed estimator's the
     graph's f and the likelihood's link)."""
-    views, y = load_multiple_features(classes=(3, 5, 8))
-    rng = np.random.default_rng(1)
-    idx = rng.permutation(len(y))
-    tr, te = idx[:60], idx[60:90]
-    cols = [rng.choice(v.shape[1], size=6, replace=False) for v in views[:V]]
-    X = [v[tr][:, c] for v, c in zip(views, cols, strict=False)]
-    Xt = [v[te][:, c] for v, c in zip(views, cols, strict=False)]
-    mvm = MVM(rank=2, inference="map", random_seed=3).fit(X, y[tr])
+    X, y_train, Xt = three_classes
+    mvm = MVM(rank=2, inference="map", random_seed=3).fit(X, y_train)
     composed = MultiViewClassifier(mvm.make_builder(), inference="map", n_init=mvm.n_init,
                                    ensemble=DEFAULT_ENSEMBLE, max_iter=mvm.max_iter, tol=mvm.tol,
-                                   random_seed=3).fit(X, y[tr])
+                                   random_seed=3).fit(X, y_train)
     proba = composed.predict_proba(Xt)
     np.testing.assert_allclose(proba, mvm.predict_proba(Xt), atol=1e-8)
     assert proba.shape == (30, 3) and not np.allclose(proba, proba.mean(axis=0))
@@ -360,7 +365,7 @@ def test_rhotmvrkm_preset_with_random_features_is_the_exact_composed_posterior(s
 
 
 @pytest.mark.python_ops  # evaluates graphs a few times: gcc would be most of it
-def test_rhotmvrkm_preset_probabilities_are_the_composed_estimators(small):
+def test_rhotmvrkm_preset_probabilities_are_the_composed_estimators(small, three_classes):
     """With random features, ϱTMV-RKM's probabilities from its builder: the defaults (MAP,
     hyper-parameters chosen by the leave-one-out criterion, the paper's ``τg + b`` with the
     temperature slope) by the MAP engine, two and three classes (one-vs-all: the one-hot
@@ -390,23 +395,18 @@ def test_rhotmvrkm_preset_probabilities_are_the_composed_estimators(small):
                              decision_rule="add", link_slope=laplace.slope_),
         random_seed=0).fit(X, y)
     np.testing.assert_allclose(exact.predict_proba(Xt), laplace.predict_proba(Xt), atol=1e-8)
-    views, labels = load_multiple_features(classes=(3, 5, 8))
-    rng = np.random.default_rng(1)
-    idx = rng.permutation(len(labels))
-    cols = [rng.choice(v.shape[1], size=6, replace=False) for v in views[:V]]
-    X3 = [v[idx[:60]][:, c] for v, c in zip(views, cols, strict=False)]
-    Xt3 = [v[idx[60:90]][:, c] for v, c in zip(views, cols, strict=False)]
-    rkm3 = RhoTMVRKM(n_frequencies=20, random_seed=0).fit(X3, labels[idx[:60]])
+    X3, y3, Xt3 = three_classes
+    rkm3 = RhoTMVRKM(n_frequencies=20, random_seed=0).fit(X3, y3)
     composed3 = MultiViewClassifier(
         rkm3.make_builder(rkm3.kernels_, rkm3.gamma_, rkm3.rho_, rkm3.alpha_,
                           decision_rule="add", link_slope=rkm3.slope_),
-        inference="map", random_seed=0).fit(X3, labels[idx[:60]])
+        inference="map", random_seed=0).fit(X3, y3)
     np.testing.assert_allclose(composed3.predict_proba(Xt3), rkm3.predict_proba(Xt3),
                                atol=1e-8)
 
 
 @pytest.mark.python_ops  # evaluates graphs a few times: gcc would be most of it
-def test_rhotmvrkm_exact_kernel_defaults_are_the_composed_estimators(small):
+def test_rhotmvrkm_exact_kernel_defaults_are_the_composed_estimators(small, three_classes):
     """ϱTMV-RKM's defaults use exact kernels: the graph integrates the Gaussian process out
     (no explicit f) and the composed estimator conditions it on the training rows.  Its MAP
     (the bias's mode, hyper-parameters from the preset's criterion, the paper's ``τg + b``,
@@ -426,18 +426,13 @@ def test_rhotmvrkm_exact_kernel_defaults_are_the_composed_estimators(small):
     assert "y_obs" in pm.model_to_graphviz(composed.model_).source
     prior = pm.sample_prior_predictive(draws=5, model=composed.model_, random_seed=0)
     assert np.all(np.isfinite(prior.prior_predictive["y_obs"].values))
-    views, labels = load_multiple_features(classes=(3, 5, 8))
-    rng = np.random.default_rng(1)
-    idx = rng.permutation(len(labels))
-    cols = [rng.choice(v.shape[1], size=6, replace=False) for v in views[:V]]
-    X3 = [v[idx[:60]][:, c] for v, c in zip(views, cols, strict=False)]
-    Xt3 = [v[idx[60:90]][:, c] for v, c in zip(views, cols, strict=False)]
+    X3, y3, Xt3 = three_classes
     for multiclass in ("ova", "moc"):
-        rkm = RhoTMVRKM(multiclass=multiclass, random_seed=0).fit(X3, labels[idx[:60]])
+        rkm = RhoTMVRKM(multiclass=multiclass, random_seed=0).fit(X3, y3)
         composed = MultiViewClassifier(
             rkm.make_builder(rkm.kernels_, rkm.gamma_, rkm.rho_, rkm.alpha_,
                              decision_rule="add", link_slope=rkm.slope_),
-            inference="map", random_seed=0).fit(X3, labels[idx[:60]])
+            inference="map", random_seed=0).fit(X3, y3)
         proba = composed.predict_proba(Xt3)
         np.testing.assert_allclose(proba, rkm.predict_proba(Xt3), atol=1e-8)
         with tempfile.TemporaryDirectory() as tmp:
@@ -556,21 +551,16 @@ def test_mvml_preset_probabilities_are_the_composed_estimators(settings, small):
 
 
 @pytest.mark.python_ops  # evaluates graphs a few times: gcc would be most of it
-def test_mvml_three_class_probabilities_are_the_composed_estimators():
+def test_mvml_three_class_probabilities_are_the_composed_estimators(three_classes):
     """Three classes: MVML's per-task metrics and its rule (each task's integrated
     probability, normalised over the classes) through the likelihood's
     ``multiclass="normalised"``; the composed exact fit integrates each task's predictive in
     closed form, so the two agree to rounding, not to Monte-Carlo error."""
-    views, labels = load_multiple_features(classes=(3, 5, 8))
-    rng = np.random.default_rng(1)
-    idx = rng.permutation(len(labels))
-    cols = [rng.choice(v.shape[1], size=6, replace=False) for v in views[:V]]
-    X = [v[idx[:60]][:, c] for v, c in zip(views, cols, strict=False)]
-    Xt = [v[idx[60:90]][:, c] for v, c in zip(views, cols, strict=False)]
-    mvml = MVML(random_seed=0).fit(X, labels[idx[:60]])
+    X, y3, Xt = three_classes
+    mvml = MVML(random_seed=0).fit(X, y3)
     builder = mvml.make_builder(metric=mvml.A_, view_weights=mvml.w_, link_slope=mvml.slope_)
     assert builder.likelihood.multiclass == "normalised"
-    composed = MultiViewClassifier(builder, random_seed=0).fit(X, labels[idx[:60]])
+    composed = MultiViewClassifier(builder, random_seed=0).fit(X, y3)
     assert composed.inference_ == "exact"
     np.testing.assert_allclose(composed.idata_.fit["f"].values,
                                mvml.idata_.posterior["f"].values[0, 0], atol=1e-8)
@@ -578,11 +568,11 @@ def test_mvml_three_class_probabilities_are_the_composed_estimators():
     np.testing.assert_allclose(proba, mvml.predict_proba(Xt), atol=1e-8)
     # the one-hot rule is another distribution over the same posterior
     builder.likelihood.set_params(multiclass="one_hot")
-    one_hot = MultiViewClassifier(builder, random_seed=0).fit(X, labels[idx[:60]])
+    one_hot = MultiViewClassifier(builder, random_seed=0).fit(X, y3)
     assert np.abs(one_hot.predict_proba(Xt) - proba).max() > 1e-3
     builder.likelihood.set_params(multiclass="softmax")
     with pytest.raises(ValueError, match="GaussianLikelihood: multiclass must be one of"):
-        MultiViewClassifier(builder).fit(X, labels[idx[:60]])
+        MultiViewClassifier(builder).fit(X, y3)
 
 
 def test_fixed_metric_and_view_weights_are_checked_against_the_features(small):
