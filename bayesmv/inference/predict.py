@@ -28,6 +28,14 @@ from bayesmv.data import MultiViewData
 from bayesmv.inference.conjugate import KernelPosterior
 
 
+def of_free_variables(model, outputs: list) -> tuple[list, list]:
+    """Placeholders for a model's free random variables (named as they are) and ``outputs``
+    rewritten in terms of them: what a function of posterior draws is compiled from."""
+    rvs = list(model.free_RVs)
+    holders = [rv.type(name=rv.name) for rv in rvs]
+    return holders, clone_replace(outputs, replace=dict(zip(rvs, holders, strict=True)))
+
+
 class DrawFunction:
     """``f`` of a model as a compiled function of draws of its free random variables.
 
@@ -41,10 +49,8 @@ class DrawFunction:
     """
 
     def __init__(self, model, extra: dict | None = None) -> None:
-        f = model["f"]
         rvs = list(model.free_RVs)
-        self._holders = [rv.type(name=rv.name) for rv in rvs]
-        self._f = clone_replace(f, replace=dict(zip(rvs, self._holders, strict=True)))
+        self._holders, (self._f,) = of_free_variables(model, [model["f"]])
         self._extra = dict(extra or {})
         transformed = {rv.name for rv in rvs if model.rvs_to_transforms.get(rv) is not None}
         inputs = set(ancestors([self._f]))
@@ -156,17 +162,14 @@ class GaussianProcessPredictor:
                         for a, b in zip(train.views, new.views, strict=True)),
             view_names=train.view_names, observed=np.vstack([train.observed, new.observed]))
         model = builder.build(both, None, fitted=fitted, n_outputs=n_tasks).model
-        rvs = list(model.free_RVs)
-        holders = [rv.type(name=rv.name) for rv in rvs]
-        mean, *outputs = clone_replace(
-            [model[GP_MEAN], model[GP_COVARIANCE], model[GP_DECISION_SCALE]],
-            replace=dict(zip(rvs, holders, strict=True)))
+        holders, (mean, *outputs) = of_free_variables(
+            model, [model[GP_MEAN], model[GP_COVARIANCE], model[GP_DECISION_SCALE]])
         self._mean_fn = pytensor.function(holders, mean, on_unused_input="ignore")
         self._fn = pytensor.function(holders, outputs, on_unused_input="ignore")
         inputs = set(ancestors(outputs))
         #: the free variables the covariance depends on (the process's mean is not one)
         self._covariance_inputs = [h.name for h in holders if h in inputs]
-        self.names = [rv.name for rv in rvs]
+        self.names = [h.name for h in holders]
         self.n_train = train.n_samples
         self._factor: tuple | None = None
 
