@@ -749,6 +749,28 @@ def output_codes(n_classes: int, multiclass: str) -> np.ndarray:
     return 2.0 * bits - 1.0
 
 
+def check_complete_views(data: MultiViewData, argument: str = "X", needs: str = "MVML"
+                         ) -> None:
+    """Raise a ValueError naming the view when any view is missing for some sample.
+
+    Kernels that compare whole views (MVML's, ``needs``: what says so in the message) need
+    every view of every sample; the message says what to do instead.
+    """
+    if not data.has_missing:
+        return
+    missing = ~data.observed
+    v = int(np.flatnonzero(missing.any(axis=0))[0])
+    rows = np.flatnonzero(missing[:, v])
+    shown = rows[:10].tolist()
+    more = f" and {rows.size - 10} more" if rows.size > 10 else ""
+    raise ValueError(
+        f"{argument}: view {v} ({data.view_names[v]!r}) is missing (all-NaN row) for rows "
+        f"{shown}{more}. {needs} needs every view of every sample (its kernels compare "
+        "whole views): impute the missing rows first (e.g. sklearn.impute.SimpleImputer or "
+        "KNNImputer on that view's columns, inside a Pipeline), drop those rows, or use "
+        "bayesmv.M3LAK, which handles missing views natively.")
+
+
 #: largest standardised deviation of a column that ``drop_constant`` treats as constant
 _CONSTANT_TOLERANCE = 1e-8
 

@@ -440,6 +440,24 @@ def test_rhotmvrkm_exact_kernel_defaults_are_the_composed_estimators(small, thre
             np.testing.assert_array_equal(bayesmv.load(f"{tmp}/m").predict_proba(Xt3), proba)
 
 
+def test_gaussian_process_refuses_missing_views_naming_the_view_and_rows(small):
+    X, y, Xt, _ = small
+    builder = ModelBuilder(None, ViewKernels("rbf", 0.1), RhoTensorCombiner(0.5),
+                           GaussianLikelihood(1.0))
+    holed = [v.copy() for v in X]
+    holed[1][3] = np.nan
+    with pytest.raises(ValueError, match=r"X: view 1 .* missing .* rows \[3\]\. ViewKernels "
+                                         "needs every view"):
+        MultiViewClassifier(builder).fit(holed, y)
+    est = MultiViewClassifier(builder).fit(X, y)
+    proba = est.predict_proba(Xt)
+    holed = [v.copy() for v in Xt]
+    holed[2][0] = np.nan
+    with pytest.raises(ValueError, match=r"X: view 2 .* rows \[0\]\. A Gaussian process"):
+        est.predict_proba(holed)
+    np.testing.assert_array_equal(est.predict_proba(Xt), proba)
+
+
 @pytest.mark.python_ops  # evaluates graphs a few times: gcc would be most of it
 def test_linear_kernel_process_is_the_weight_space_model(small):
     """Function space against weight space: the ϱ-tensor process of linear kernels at ϱ = 0,

@@ -37,7 +37,7 @@ from bayesmv.components.base import (
 )
 from bayesmv.components.features import fourier_features_of_phases
 from bayesmv.components.linear import fill_missing, publish_view_features
-from bayesmv.data import MultiViewData
+from bayesmv.data import MultiViewData, check_complete_views
 
 KERNELS = ("rbf", "linear")
 #: search range of an RBF width chosen by the marginal likelihood, in units of 1/D_v
@@ -136,6 +136,7 @@ class ViewKernels(Component):
 
     def build(self, ctx: BuildContext, data: MultiViewData) -> list[pt.TensorVariable]:
         self._warn_renamed()
+        check_complete_views(data, needs="ViewKernels")
         grams = []
         kinds, gammas = _view_kernels(self, data.n_views)
         for v, (kind, gamma, X) in enumerate(zip(kinds, gammas, data.views, strict=True)):

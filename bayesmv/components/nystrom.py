@@ -35,7 +35,7 @@ from bayesmv.components.base import (
 )
 from bayesmv.components.kernels import KERNELS, per_view, view_gram
 from bayesmv.components.linear import publish_view_features
-from bayesmv.data import MultiViewData, block_slices
+from bayesmv.data import MultiViewData, block_slices, check_complete_views
 
 __all__ = ["NystromFeatures", "NystromState", "check_complete_views", "kernel_eigenbasis",
            "n_landmarks"]
@@ -72,26 +72,6 @@ def n_landmarks(nystrom: float | int, n_samples: int) -> int:
         # floor, as the reference implementation (scikit-multimodallearn) does
         return int(min(max(1, int(np.floor(float(nystrom) * n_samples))), n_samples))
     raise ValueError(f"nystrom must be a fraction in (0, 1] or a positive integer, got {nystrom!r}")
-
-
-def check_complete_views(data: MultiViewData, argument: str = "X") -> None:
-    """Raise a ValueError naming the view when any view is missing for some sample.
-
-    MVML's kernels need every view of every sample; the message says what to do instead.
-    """
-    if not data.has_missing:
-        return
-    missing = ~data.observed
-    v = int(np.flatnonzero(missing.any(axis=0))[0])
-    rows = np.flatnonzero(missing[:, v])
-    shown = rows[:10].tolist()
-    more = f" and {rows.size - 10} more" if rows.size > 10 else ""
-    raise ValueError(
-        f"{argument}: view {v} ({data.view_names[v]!r}) is missing (all-NaN row) for rows "
-        f"{shown}{more}. MVML needs every view of every sample (its kernels compare whole "
-        "views): impute the missing rows first (e.g. sklearn.impute.SimpleImputer or "
-        "KNNImputer on that view's columns, inside a Pipeline), drop those rows, or use "
-        "bayesmv.M3LAK, which handles missing views natively.")
 
 
 def kernel_eigenbasis(W: np.ndarray, rcond: float, what: str) -> tuple[np.ndarray, np.ndarray]:
