@@ -546,13 +546,10 @@ def test_mvml_preset_with_a_fixed_metric_is_the_exact_composed_posterior(learn_A
                                mvml.idata_.posterior["f"].values[0, 0], atol=1e-8)
 
 
-@pytest.mark.parametrize("settings", [{}, {"learn_A": "sparse", "learn_w": True}])
-@pytest.mark.python_ops  # evaluates graphs a few times: gcc would be most of it
-def test_mvml_preset_probabilities_are_the_composed_estimators(settings, small):
-    """A fitted MVML (learned metric, learned view weights, temperature slope) is the exact
-    composed posterior once its builder holds what it learned: the same f and the same
-    probabilities, MVML's Gaussian predictive against the engine's integrated one."""
-    X, y, Xt, _ = small
+def check_mvml_is_composed(X, y, Xt, **settings):
+    """Fit MVML and the composed estimator on its builder holding what it learned; check the
+    exact engine ran and that f and the probabilities agree to 1e-8.  Returns the builder,
+    the composed estimator and its probabilities on Xt."""
     mvml = MVML(random_seed=0, **settings).fit(X, y)
     builder = mvml.make_builder(metric=mvml.A_, view_weights=mvml.w_, link_slope=mvml.slope_)
     composed = MultiViewClassifier(builder, random_seed=0).fit(X, y)
@@ -561,6 +558,17 @@ def test_mvml_preset_probabilities_are_the_composed_estimators(settings, small):
                                mvml.idata_.posterior["f"].values[0, 0], atol=1e-8)
     proba = composed.predict_proba(Xt)
     np.testing.assert_allclose(proba, mvml.predict_proba(Xt), atol=1e-8)
+    return builder, composed, proba
+
+
+@pytest.mark.parametrize("settings", [{}, {"learn_A": "sparse", "learn_w": True}])
+@pytest.mark.python_ops  # evaluates graphs a few times: gcc would be most of it
+def test_mvml_preset_probabilities_are_the_composed_estimators(settings, small):
+    """A fitted MVML (learned metric, learned view weights, temperature slope) is the exact
+    composed posterior once its builder holds what it learned: the same f and the same
+    probabilities, MVML's Gaussian predictive against the engine's integrated one."""
+    X, y, Xt, _ = small
+    _, composed, proba = check_mvml_is_composed(X, y, Xt, **settings)
     assert np.ptp(proba[:, 1]) > 0.5
     # saved and loaded (the fixed metric travels as the piece's parameter)
     with tempfile.TemporaryDirectory() as tmp:
@@ -575,15 +583,8 @@ def test_mvml_three_class_probabilities_are_the_composed_estimators(three_classe
     ``multiclass="normalised"``; the composed exact fit integrates each task's predictive in
     closed form, so the two agree to rounding, not to Monte-Carlo error."""
     X, y3, Xt = three_classes
-    mvml = MVML(random_seed=0).fit(X, y3)
-    builder = mvml.make_builder(metric=mvml.A_, view_weights=mvml.w_, link_slope=mvml.slope_)
+    builder, _, proba = check_mvml_is_composed(X, y3, Xt)
     assert builder.likelihood.multiclass == "normalised"
-    composed = MultiViewClassifier(builder, random_seed=0).fit(X, y3)
-    assert composed.inference_ == "exact"
-    np.testing.assert_allclose(composed.idata_.fit["f"].values,
-                               mvml.idata_.posterior["f"].values[0, 0], atol=1e-8)
-    proba = composed.predict_proba(Xt)
-    np.testing.assert_allclose(proba, mvml.predict_proba(Xt), atol=1e-8)
     # the one-hot rule is another distribution over the same posterior
     builder.likelihood.set_params(multiclass="one_hot")
     one_hot = MultiViewClassifier(builder, random_seed=0).fit(X, y3)
