@@ -458,6 +458,26 @@ def test_gaussian_process_refuses_missing_views_naming_the_view_and_rows(small):
     np.testing.assert_array_equal(est.predict_proba(Xt), proba)
 
 
+def test_gaussian_process_predicts_each_row_alone_in_blocks(three_classes, monkeypatch):
+    """A row's prediction does not depend on the other rows, nor on the blocks the new rows
+    are conditioned in: the Monte-Carlo path (three classes, the one-hot rule over draws of
+    the exact posterior) and the closed form (the normalised rule)."""
+    import bayesmv.models.composed as composed_module
+
+    X, y, Xt = three_classes
+    for multiclass in ("one_hot", "normalised"):
+        builder = ModelBuilder(None, ViewKernels("rbf", 0.1), RhoTensorCombiner(0.5),
+                               GaussianLikelihood(0.5, multiclass=multiclass))
+        est = MultiViewClassifier(builder, inference="exact", random_seed=0).fit(X, y)
+        proba = est.predict_proba(Xt)
+        np.testing.assert_allclose(est.predict_proba([v[3:7] for v in Xt]), proba[3:7],
+                                   rtol=1e-10)
+        monkeypatch.setattr(composed_module, "GP_PREDICTION_ROWS", 7)
+        np.testing.assert_allclose(est.predict_proba(Xt), proba, rtol=1e-10)
+        monkeypatch.undo()
+        assert np.ptp(proba) > 0.5
+
+
 @pytest.mark.python_ops  # evaluates graphs a few times: gcc would be most of it
 def test_linear_kernel_process_is_the_weight_space_model(small):
     """Function space against weight space: the ϱ-tensor process of linear kernels at ϱ = 0,

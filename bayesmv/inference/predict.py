@@ -24,7 +24,7 @@ except ImportError:  # pragma: no cover - older PyTensor
 from bayesmv.builder import ModelBuilder
 from bayesmv.components.likelihoods import GP_COVARIANCE, GP_DECISION_SCALE, GP_MEAN
 from bayesmv.components.linear import to_dense
-from bayesmv.data import MultiViewData, check_complete_views
+from bayesmv.data import MultiViewData
 from bayesmv.inference.conjugate import KernelPosterior
 
 
@@ -157,8 +157,6 @@ class GaussianProcessPredictor:
 
     def __init__(self, builder: ModelBuilder, fitted: dict, train: MultiViewData,
                  new: MultiViewData, n_tasks: int) -> None:
-        # checked here, where the rows are numbered as the caller's (not after the stacking)
-        check_complete_views(new, "X", needs="A Gaussian process (exact per-view kernels)")
         both = MultiViewData(
             views=tuple(np.vstack([to_dense(a), to_dense(b)])
                         for a, b in zip(train.views, new.views, strict=True)),

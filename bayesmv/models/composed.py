@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numbers
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -29,7 +30,7 @@ from bayesmv.components.likelihoods import (
     task_codes,
 )
 from bayesmv.components.linear import to_dense
-from bayesmv.data import MultiViewData, ViewStandardizer
+from bayesmv.data import MultiViewData, ViewStandardizer, check_complete_views
 from bayesmv.inference import engines
 from bayesmv.inference.predict import (
     GaussianProcessPredictor,
@@ -57,6 +58,11 @@ def _posterior_directions(built: BuiltModel) -> tuple[dict, list[dict]]:
     return (to_named(flat.to_point(posterior.mean)),
             [to_named(flat.to_point(posterior.mean + column))
              for column in posterior.cov_factor.T])
+
+
+#: new rows per Gaussian-process prediction graph, whose covariance over the training rows
+#: and these is formed whole: (N + rows)² numbers per view
+GP_PREDICTION_ROWS = 1000
 
 
 def _closed_form_predictive(inference: str, n_classes: int, likelihood) -> bool:
@@ -376,14 +382,19 @@ class MultiViewClassifier(BaseMultiViewClassifier):
         if vars(self).get("_posterior_factor") is None:  # after load: from the graph
             vars(self)["_posterior_factor"] = _posterior_directions(self._training_build())
         at_mode, directions = vars(self)["_posterior_factor"]
-        process = self._gaussian_process(X)
-        if process is not None:
+        processes = self._gaussian_processes(X)
+        if processes is not None:
             # given the bias the process is Gaussian; the bias's exact posterior adds c² Var(b)
             _, targets = self._training_data()
-            mean, var, coef = process.moments(at_mode, targets, self._noise_variance({}, 1)[0])
-            b = process.process_mean(at_mode)
-            var_b = sum((process.process_mean(d) - b) ** 2 for d in directions)
-            return mean, var[:, None] + coef[:, None] ** 2 * var_b[None, :]
+            noise = self._noise_variance({}, 1)[0]
+            means, variances = [], []
+            for process in processes:
+                mean, var, coef = process.moments(at_mode, targets, noise)
+                b = process.process_mean(at_mode)
+                var_b = sum((process.process_mean(d) - b) ** 2 for d in directions)
+                means.append(mean)
+                variances.append(var[:, None] + coef[:, None] ** 2 * var_b[None, :])
+            return np.concatenate(means), np.concatenate(variances)
         T = self._codes().shape[1]
         predictor = GraphPredictor(self.builder_, self._fitted(), self._prepare(X), T)
         names = predictor.names
@@ -392,19 +403,26 @@ class MultiViewClassifier(BaseMultiViewClassifier):
         mean = predictor({n: np.asarray(at_mode[n])[None] for n in names})[0]
         return mean, np.sum((columns - mean) ** 2, axis=0)
 
-    def _gaussian_process(self, X) -> GaussianProcessPredictor | None:
-        """The predictor of a Gaussian-process graph (no explicit ``f``) on the rows X, or
-        None for a graph with ``f``."""
+    def _gaussian_processes(self, X) -> Iterator[GaussianProcessPredictor] | None:
+        """Predictors of a Gaussian-process graph (no explicit ``f``) on consecutive blocks
+        of at most ``GP_PREDICTION_ROWS`` of the rows X, made one at a time; None for a
+        graph with ``f``."""
         if "f" in self.model_.named_vars:
             return None
-        return GaussianProcessPredictor(self.builder_, self._fitted(), self._training_data()[0],
-                                        self._prepare(X), self._codes().shape[1])
+        data, (train, _) = self._prepare(X), self._training_data()
+        check_complete_views(data, "X", needs="A Gaussian process (exact per-view kernels)")
+        T = self._codes().shape[1]
+        return (GaussianProcessPredictor(self.builder_, self._fitted(), train,
+                                         data.subset(slice(i, i + GP_PREDICTION_ROWS)), T)
+                for i in range(0, data.n_samples, GP_PREDICTION_ROWS))
 
     def _process_draws_at(self, process: GaussianProcessPredictor
                           ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """A Gaussian process's decision values on new rows per posterior draw: its mean
         given the draw's bias and hyper-parameters (the modes of a MAP fit: plug-in), plus
-        a draw of the process's conditional spread (sampled and exact posteriors)."""
+        a draw of the process's conditional spread (sampled and exact posteriors), with one
+        standard normal per draw and task shared by every row: each row's draws have the
+        right distribution, and a row's prediction does not depend on the other rows."""
         post = self.idata_.posterior
         wanted = list(process.names)
         wanted += [n for n in ("sigma", "log_noise_variance", "noise_variance") if n in post]
@@ -418,14 +436,15 @@ class MultiViewClassifier(BaseMultiViewClassifier):
             mean, var, _ = process.moments({n: draws[n][s] for n in process.names}, targets,
                                            noise[s])
             if self.inference_ != "map":
-                mean = mean + np.sqrt(var)[:, None] * rng.standard_normal(mean.shape)
+                mean = mean + np.sqrt(var)[:, None] * rng.standard_normal(mean.shape[1])
             f.append(mean)
         return np.stack(f), draws
 
     def _draws_at(self, X) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        process = self._gaussian_process(X)
-        if process is not None:
-            return self._process_draws_at(process)
+        processes = self._gaussian_processes(X)
+        if processes is not None:
+            parts = [self._process_draws_at(process) for process in processes]
+            return np.concatenate([f for f, _ in parts], axis=1), parts[0][1]
         data = self._prepare(X)
         T = self._codes().shape[1]
         predictor = GraphPredictor(self.builder_, self._fitted(), data, T)
