@@ -416,35 +416,39 @@ class MultiViewClassifier(BaseMultiViewClassifier):
                                          data.subset(slice(i, i + GP_PREDICTION_ROWS)), T)
                 for i in range(0, data.n_samples, GP_PREDICTION_ROWS))
 
-    def _process_draws_at(self, process: GaussianProcessPredictor
+    def _process_draws_at(self, processes: Iterator[GaussianProcessPredictor]
                           ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """A Gaussian process's decision values on new rows per posterior draw: its mean
-        given the draw's bias and hyper-parameters (the modes of a MAP fit: plug-in), plus
-        a draw of the process's conditional spread (sampled and exact posteriors), with one
-        standard normal per draw and task shared by every row: each row's draws have the
-        right distribution, and a row's prediction does not depend on the other rows."""
+        """A Gaussian process's decision values on new rows per posterior draw, block by
+        block: its mean given the draw's bias and hyper-parameters (the modes of a MAP fit:
+        plug-in), plus a draw of the process's conditional spread (sampled and exact
+        posteriors), with one standard normal per draw and task shared by every row: each
+        row's draws have the right distribution, and a row's prediction depends neither on
+        the other rows nor on the blocks."""
         post = self.idata_.posterior
-        wanted = list(process.names)
-        wanted += [n for n in ("sigma", "log_noise_variance", "noise_variance") if n in post]
-        draws = thinned_draws(post, wanted, int(self.max_predict_draws))
-        n_draws = len(draws[process.names[0]])
-        noise = self._noise_variance(draws, n_draws)
         _, targets = self._training_data()
-        rng = prediction_rng(self.random_seed)
-        f = []
-        for s in range(n_draws):
-            mean, var, _ = process.moments({n: draws[n][s] for n in process.names}, targets,
-                                           noise[s])
-            if self.inference_ != "map":
-                mean = mean + np.sqrt(var)[:, None] * rng.standard_normal(mean.shape[1])
-            f.append(mean)
-        return np.stack(f), draws
+        blocks, draws = [], None
+        for process in processes:
+            if draws is None:  # one set of draws, and their noise, for every block
+                wanted = list(process.names)
+                wanted += [n for n in ("sigma", "log_noise_variance", "noise_variance")
+                           if n in post]
+                draws = thinned_draws(post, wanted, int(self.max_predict_draws))
+                noise = self._noise_variance(draws, len(draws[process.names[0]]))
+            rng = prediction_rng(self.random_seed)  # the same normals in every block
+            f = []
+            for s, noise_s in enumerate(noise):
+                mean, var, _ = process.moments({n: draws[n][s] for n in process.names},
+                                               targets, noise_s)
+                if self.inference_ != "map":
+                    mean = mean + np.sqrt(var)[:, None] * rng.standard_normal(mean.shape[1])
+                f.append(mean)
+            blocks.append(np.stack(f))
+        return np.concatenate(blocks, axis=1), draws
 
     def _draws_at(self, X) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         processes = self._gaussian_processes(X)
         if processes is not None:
-            parts = [self._process_draws_at(process) for process in processes]
-            return np.concatenate([f for f, _ in parts], axis=1), parts[0][1]
+            return self._process_draws_at(processes)
         data = self._prepare(X)
         T = self._codes().shape[1]
         predictor = GraphPredictor(self.builder_, self._fitted(), data, T)
