@@ -645,8 +645,7 @@ class RhoTMVRKM(BaseMultiViewClassifier):
                 return mean, np.zeros(len(mean))
             diag = [np.ones(len(X)) if k == "rbf" else np.sum(X**2, axis=1)
                     for k, X in zip(self.kernels_, views, strict=True)]
-            k_diag = ((1 - self.rho_) * np.sum(diag, axis=0)
-                      + self.rho_ * np.prod(diag, axis=0)) * kernel_scale
+            k_diag = combine_kernels(diag, self.rho_) * kernel_scale  # the ϱ rule, elementwise
             return mean, post.variance(Kx, k_diag, scale)
         per_view, joint = self._rff().blocks(views)
         Psi = feature_design(per_view, joint, self.rho_, self.eta)
