@@ -43,11 +43,17 @@ def view_noise_terms(W, V, tau, xp=np) -> tuple:
     ``xp`` is ``numpy`` (prediction, samplers) or ``pytensor.tensor`` (the graph on new rows):
     one definition for both.
     """
+    # Ψ⁻¹ W = τ W - τ² V A⁻¹ Vᵀ W  (Woodbury; A is K × K, K small)
+    Q = tau * W - tau**2 * (V @ view_noise_correction(W, V, tau, xp=xp))
+    return W.T @ Q, Q
+
+
+def view_noise_correction(W, V, tau, xp=np):
+    """``A⁻¹ Vᵀ W`` with ``A = I + τ VᵀV`` (K × m): Woodbury's ``Ψ⁻¹ W = τ W - τ² V·(this)``,
+    so ``X Ψ⁻¹ W`` follows from ``X W`` and ``X V`` without forming ``Ψ⁻¹ W`` anew."""
     K = V.shape[1]
     A = xp.eye(K) + tau * (V.T @ V)
-    # Ψ⁻¹ W = τ W - τ² V A⁻¹ Vᵀ W  (Woodbury; A is K × K, K small)
-    Q = tau * W - tau**2 * (V @ xp.linalg.solve(A, V.T @ W))
-    return W.T @ Q, Q
+    return xp.linalg.solve(A, V.T @ W)
 
 
 def latent_precision(G: list, mask, xp=np):
