@@ -440,6 +440,28 @@ def test_rhotmvrkm_exact_kernel_defaults_are_the_composed_estimators(small, thre
             np.testing.assert_array_equal(bayesmv.load(f"{tmp}/m").predict_proba(Xt3), proba)
 
 
+def test_exact_engine_evaluates_the_density_a_few_times_not_once_per_draw(small, monkeypatch):
+    """The exact posterior is Gaussian: its draws need no importance diagnostic against the
+    log density (before 2026-11-29 every draw was evaluated, a factorisation of the process's
+    covariance each for a Gaussian-process model).  Laplace fits still report their k̂."""
+    from bayesmv.inference.optimize import FlatLogp
+
+    calls = []
+    original = FlatLogp.__call__
+    monkeypatch.setattr(FlatLogp, "__call__",
+                        lambda self, x: calls.append(1) or original(self, x))
+    X, y, _, _ = small
+    builder = ModelBuilder(None, ViewKernels("rbf", 0.1), RhoTensorCombiner(0.5),
+                           GaussianLikelihood(1.0))
+    est = MultiViewClassifier(builder, inference="exact", draws=300, random_seed=0).fit(X, y)
+    assert est.idata_.posterior.sizes["draw"] == 300
+    assert len(calls) < 20
+    assert "laplace_khat" not in est.idata_.posterior.attrs
+    weights = ModelBuilder(None, LinearFeatures(), SumCombiner(1.0), LogisticLikelihood())
+    laplace = MultiViewClassifier(weights, inference="laplace", draws=300, random_seed=0)
+    assert np.isfinite(laplace.fit(X, y).idata_.posterior.attrs["laplace_khat"])
+
+
 def test_gaussian_process_refuses_missing_views_naming_the_view_and_rows(small):
     X, y, Xt, _ = small
     builder = ModelBuilder(None, ViewKernels("rbf", 0.1), RhoTensorCombiner(0.5),

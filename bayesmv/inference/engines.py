@@ -406,8 +406,9 @@ def _gaussian_draws(built: BuiltModel, flat: FlatLogp, mode: np.ndarray,
     lap, X, khat = gaussian_at_mode(built, flat, mode, settings.draws, draw_rng(settings),
                                     curvature, gaussian=gaussian)
     to_named = point_function(built)
-    info.update(laplace_khat=khat, laplace_flat_directions=lap.n_clipped,
-                laplace_curvature=lap.curvature)
+    info.update(laplace_flat_directions=lap.n_clipped, laplace_curvature=lap.curvature)
+    if khat is not None:
+        info["laplace_khat"] = khat
     points = [to_named(flat.to_point(x)) for x in X]
     at_mode = to_named(flat.to_point(mode))
     if linearise:
@@ -466,16 +467,20 @@ def exact_posterior(built: BuiltModel) -> tuple[FlatLogp, LaplaceResult]:
 def gaussian_at_mode(built: BuiltModel, flat: FlatLogp, mode: np.ndarray, draws: int,
                      rng: np.random.Generator, curvature: str = "full",
                      gaussian: LaplaceResult | None = None
-                     ) -> tuple[LaplaceResult, np.ndarray, float]:
+                     ) -> tuple[LaplaceResult, np.ndarray, float | None]:
     """The Laplace approximation at ``mode`` with ``curvature`` ("full" or "diagonal"),
     ``draws`` value-space draws of it and their Pareto k̂ against the log density.
 
     The curvature strategies registered for the pieces (:mod:`bayesmv.inference.curvature`)
     give a closed-form diagonal and the flat directions of exact symmetries; without one
-    the diagonal comes from Hessian-vector products."""
-    if gaussian is not None:  # computed already (the exact posterior)
-        lap = gaussian
-    elif curvature == "full":
+    the diagonal comes from Hessian-vector products.  ``gaussian``: the exact posterior,
+    whose draws need no k̂ (None): their importance ratios are constant, and evaluating the
+    log density at every draw cost a factorisation of the process's covariance per draw
+    (1000 of them) for a Gaussian-process model."""
+    if gaussian is not None:
+        X, _ = gaussian.sample(draws, rng)
+        return gaussian, X, None
+    if curvature == "full":
         lap = full_gaussian(built, flat, mode)
     else:
         with threadpool_limits(limits=1, user_api="blas"):
