@@ -199,7 +199,7 @@ class WhitenedLatentTarget:
         self.mean, self.L = latent_gaussian(nat, spec.views, spec.observed_index,
                                             spec.patterns, spec.pattern_of_row)
         self.Linv = np.array([solve_lower(L, np.eye(m)) for L in self.L])
-        self.rows = [np.flatnonzero(spec.pattern_of_row == p) for p in range(len(spec.patterns))]
+        self.rows = spec.pattern_rows
 
     def to_h(self, xi: np.ndarray) -> np.ndarray:
         h = np.empty_like(xi)

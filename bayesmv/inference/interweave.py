@@ -44,7 +44,6 @@ class NoncentredNoiseDensity:
     def __init__(self, spec, nat: dict) -> None:
         self.spec, self.nat = spec, nat
         self.tau = np.array(nat["tau"], dtype=float)
-        self.rows = [np.flatnonzero(spec.pattern_of_row == p) for p in range(len(spec.patterns))]
         self.XW, self.XV, self.WtW, self.WtV = [], [], [], []
         statistics = []
         for v, Xo in enumerate(spec.views):
@@ -79,7 +78,7 @@ class NoncentredNoiseDensity:
         G = [G for G, _ in terms]
         value, out = 0.0, np.empty_like(b)
         for p, mask in enumerate(s.patterns):
-            rows = self.rows[p]
+            rows = s.pattern_rows[p]
             L = cholesky_lower(latent_precision(G, mask))
             z = solve_lower(L, b[rows].T)  # L⁻¹ bₙ, so μₙ = L⁻ᵀ z
             value += 0.5 * float(np.sum(z**2)) - len(rows) * float(np.sum(np.log(np.diag(L))))

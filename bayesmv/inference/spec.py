@@ -27,6 +27,7 @@ class HybridSpec:
     observed_index: tuple[np.ndarray, ...]  # row indices of those observed rows
     patterns: np.ndarray                    # (n_patterns, V) distinct missing-view patterns
     pattern_of_row: np.ndarray              # (N,) index into patterns
+    pattern_rows: tuple[np.ndarray, ...]    # the rows of each pattern
     targets: np.ndarray                     # (N, T) ±1
     C: float
     latent_dim: int
@@ -54,6 +55,8 @@ class HybridSpec:
         return cls(
             views=tuple(np.ascontiguousarray(X[i]) for X, i in zip(data.views, idx, strict=True)),
             observed_index=idx, patterns=patterns, pattern_of_row=pattern.reshape(-1),
+            pattern_rows=tuple(np.flatnonzero(pattern.reshape(-1) == p)
+                               for p in range(len(patterns))),
             targets=built.context.targets, C=float(lik.C), latent_dim=latent_dim,
             view_latent_dim=view_latent_dim, n_frequencies=fmap._param("n_frequencies"),
             a_r=rep.a_r, b_r=rep.b_r, a_tau=rep.a_tau, b_tau=rep.b_tau,
