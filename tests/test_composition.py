@@ -636,6 +636,47 @@ def test_mvml_three_class_probabilities_are_the_composed_estimators(three_classe
         MultiViewClassifier(builder).fit(X, y3)
 
 
+@pytest.mark.python_ops  # a few graph evaluations: gcc would be most of it
+def test_learned_block_metric_map_is_the_graphs_mode_found_by_the_metric_solver(
+        small, three_classes, monkeypatch):
+    """A learned metric (MVML's pieces, paper objective): the registered metric solver's
+    point is a stationary point of the graph's own log density, higher than L-BFGS-B reaches
+    from its starts, for two and three classes; with MVML's stopping rule (``max_iter``,
+    ``tol``) it is MVML's own fit (the same solver: one definition)."""
+    import bayesmv.inference.engines as engines
+    from bayesmv.inference.optimize import FlatLogp
+
+    for X, y in (small[:2], three_classes[:2]):
+        mvml = MVML(alpha=0.5, metric_penalty=0.3, random_seed=0)
+        fast = MultiViewClassifier(mvml.make_builder(), inference="map", random_seed=0).fit(X, y)
+        post = fast.idata_.posterior
+        assert post.attrs["solver"] == "metric_map"
+        flat = FlatLogp(fast.model_, jacobian=False)
+        x = flat.from_point({"A_chol": post["A_chol"].values[0, 0],
+                             "g": post["g"].values[0, 0]})
+        logp, grad = flat(x)
+        nearby = x + 0.01 * np.random.default_rng(0).standard_normal(x.size)
+        assert np.abs(grad).max() < 1e-2 * np.abs(flat(nearby)[1]).max()
+        if len(np.unique(y)) == 2:  # the generic optimiser on the same graph: lower
+            with monkeypatch.context() as patch:
+                patch.setattr(engines, "MAP_STRATEGIES", [
+                    s for s in engines.MAP_STRATEGIES if s is not engines._metric_map])
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # L-BFGS-B may stop at max_iter here
+                    slow = MultiViewClassifier(mvml.make_builder(), inference="map",
+                                               n_init=1, random_seed=0).fit(X, y)
+            assert slow.idata_.posterior.attrs["solver"] == "lbfgs"
+            assert logp >= slow.idata_.posterior.attrs["map_logp"] - 1e-6
+        # MVML's stopping rule through the engine: MVML's metric and weights
+        mvml.fit(X, y)
+        same = MultiViewClassifier(mvml.make_builder(), inference="map", random_seed=0,
+                                   max_iter=mvml.max_iter, tol=mvml.tol).fit(X, y)
+        np.testing.assert_allclose(same.idata_.posterior["A"].values,
+                                   mvml.idata_.posterior["A"].values, atol=1e-8)
+        np.testing.assert_allclose(same.idata_.posterior["g"].values,
+                                   mvml.idata_.posterior["g"].values, atol=1e-8)
+
+
 def test_fixed_metric_and_view_weights_are_checked_against_the_features(small):
     X, y, _, _ = small
     for combiner, match in ((BlockMetricCombiner(metric=np.eye(3)), "metric must be finite"),
