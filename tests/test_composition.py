@@ -677,6 +677,66 @@ def test_learned_block_metric_map_is_the_graphs_mode_found_by_the_metric_solver(
                                    mvml.idata_.posterior["g"].values, atol=1e-8)
 
 
+def _unconstrained_mode(est) -> dict[str, np.ndarray]:
+    """A fitted MAP's mode as the graph's value variables, through PyMC's own transforms."""
+    model, post = est.model_, est.idata_.posterior
+    point = {}
+    for rv in model.free_RVs:
+        value = post[rv.name].values[0, 0]
+        transform = model.rvs_to_transforms.get(rv)
+        point[model.rvs_to_values[rv].name] = (
+            value if transform is None else transform.forward(value, *rv.owner.inputs).eval())
+    return point
+
+
+def _process_cases(small, three_classes) -> list:
+    """(X, y, builder) of a ϱ-tensor Gaussian process with free hyper-parameters: two classes
+    with every hyper-parameter free (ϱTMV-RKM's builder), three with the noise and one width
+    fixed and a linear view."""
+    return [(*small[:2], RhoTMVRKM(random_seed=0).make_builder(["rbf"] * V, [None] * V,
+                                                                 None, None)),
+            (*three_classes[:2], ModelBuilder(
+                None, ViewKernels(["rbf", "linear", "rbf"], [None, None, 0.05]),
+                RhoTensorCombiner(None), GaussianLikelihood(1.0)))]
+
+
+@pytest.mark.python_ops  # a few graph evaluations: gcc would be most of it
+def test_process_evidence_map_is_a_stationary_point_of_the_graph(small, three_classes):
+    """The ϱ-tensor Gaussian process with free hyper-parameters: the registered evidence
+    maximiser (the bias at its maximum) is a stationary point of the graph's own log density,
+    in its unconstrained coordinates (where a hyper-parameter at its prior's edge has no
+    slope left)."""
+    from bayesmv.inference.optimize import FlatLogp
+
+    for X, y, builder in _process_cases(small, three_classes):
+        fast = MultiViewClassifier(builder, inference="map", random_seed=0).fit(X, y)
+        assert fast.idata_.posterior.attrs["solver"] == "process_evidence_map"
+        flat = FlatLogp(fast.model_, jacobian=False)
+        x = flat.from_point(_unconstrained_mode(fast))
+        nearby = x + 0.01 * np.random.default_rng(0).standard_normal(x.size)
+        assert np.abs(flat(x)[1]).max() < 1e-2 * np.abs(flat(nearby)[1]).max()
+
+
+@pytest.mark.long  # the generic optimiser on a Gaussian-process graph: 60 s compiled
+def test_process_evidence_map_is_no_lower_than_the_generic_optimiser(small, three_classes,
+                                                                     monkeypatch):
+    """The same point against L-BFGS-B on the same graph: its log density is no lower."""
+    import bayesmv.inference.engines as engines
+
+    for X, y, builder in _process_cases(small, three_classes):
+        fast = MultiViewClassifier(builder, inference="map", random_seed=0).fit(X, y)
+        with monkeypatch.context() as patch:
+            patch.setattr(engines, "MAP_STRATEGIES", [
+                s for s in engines.MAP_STRATEGIES if s is not engines._process_evidence_map])
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                slow = MultiViewClassifier(builder, inference="map", n_init=1,
+                                           random_seed=0).fit(X, y)
+        assert slow.idata_.posterior.attrs["solver"] == "lbfgs"
+        assert (fast.idata_.posterior.attrs["map_logp"]
+                >= slow.idata_.posterior.attrs["map_logp"] - 1e-6)
+
+
 def test_fixed_metric_and_view_weights_are_checked_against_the_features(small):
     X, y, _, _ = small
     for combiner, match in ((BlockMetricCombiner(metric=np.eye(3)), "metric must be finite"),

@@ -144,10 +144,12 @@ def test_kernel_posterior_draws_match_its_mean_and_variance():
     np.testing.assert_allclose(f.var(axis=0)[:, 0], var, rtol=0.15)
 
 
-def test_evidence_gradient_matches_finite_differences():
+@pytest.mark.parametrize("restricted", [True, False])
+def test_evidence_gradient_matches_finite_differences(restricted):
     X = _views(40, (3, 2, 4), seed=9)
     Y = np.where(_labels(X, seed=3)[:, None] == 1, 1.0, -1.0)
-    ev = RhoTensorEvidence(X, ["rbf", "linear", "rbf"], Y, 1.3, [None, None, None], None, None)
+    ev = RhoTensorEvidence(X, ["rbf", "linear", "rbf"], Y, 1.3, [None, None, None], None, None,
+                           restricted=restricted)
     z = np.array([np.log(0.2), np.log(0.5), np.log(0.05), 0.4])
     value, grad = ev(z)
     numeric = optimize.approx_fprime(z, lambda t: ev(t)[0], 1e-6)
@@ -156,6 +158,8 @@ def test_evidence_gradient_matches_finite_differences():
 
 @pytest.mark.python_ops  # evaluates graphs a few times: gcc would be most of it
 def test_graph_density_is_the_restricted_marginal_likelihood():
+    """The graph's density at the bias's maximum is the profile likelihood (the unrestricted
+    evidence); integrating the bias out adds ½ log 2π - ½ log 1ᵀC⁻¹1: the restricted one."""
     X = _views(25, (2, 3), seed=10)
     y = _labels(X, seed=4)
     est = RhoTMVRKM(eta=1.5, gamma=[None, 0.4], standardize=False)
@@ -183,8 +187,13 @@ def test_graph_density_is_the_restricted_marginal_likelihood():
         ip[key] = tr.forward(np.asarray(value), *rv.owner.inputs).eval() if tr else value
     # flat priors: ϱ ~ U(0, 1), log γ ~ U(log(1e-4/D), log(1e2/D)), log λ ~ U(log 1e-8, log 1e3)
     prior = -np.log(np.log(1e6)) - np.log(np.log(1e11))
-    graph = float(logp_fn(ip)) - prior + 0.5 * np.log(2 * np.pi) - 0.5 * np.log(Ci1.sum())
-    assert graph == pytest.approx(-nll, rel=1e-8)
+    graph = float(logp_fn(ip)) - prior
+    assert graph + 0.5 * np.log(2 * np.pi) - 0.5 * np.log(Ci1.sum()) == pytest.approx(-nll,
+                                                                                      rel=1e-8)
+    profile = RhoTensorEvidence(X, ["rbf", "rbf"], Y, 1.5, [None, 0.4], None, None,
+                                restricted=False)
+    assert graph == pytest.approx(-profile(z)[0], rel=1e-8)
+    np.testing.assert_allclose(profile.bias(z), [b_hat], rtol=1e-10)
 
 
 def test_evidence_recovers_known_hyperparameters():

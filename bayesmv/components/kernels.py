@@ -157,6 +157,10 @@ class ViewKernels(Component):
                                                       strict=True))
                 if kind == "rbf" and gamma is None}
 
+    def view_settings(self, n_views: int) -> tuple[list[str], list[float | None]]:
+        """The kernel and γ of each of ``n_views`` views (``None``: a free width)."""
+        return _view_kernels(self, n_views)
+
     def grams(self, views: Sequence[np.ndarray], gammas: Sequence[float | None],
               train_views: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
         """NumPy Gram matrices: ``k(views, train_views)`` (square when train_views is None)."""

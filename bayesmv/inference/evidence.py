@@ -81,6 +81,8 @@ class EvidenceResult:
     n_samples: int
     free: tuple[str, ...]
     at_bounds: tuple[str, ...] = ()
+    #: the optimum in the search's unconstrained coordinates (log γ_v, log λ, logit ϱ)
+    z: np.ndarray | None = None
 
 
 class _ViewGrams:
@@ -112,14 +114,23 @@ class RhoTensorEvidence(_ViewGrams):
         The paper's η (fixed).
     gammas, lam, rho :
         Fixed values, or None for the ones to choose.
+    restricted : bool, default True
+        The bias integrated out (REML, the criterion above); False: the bias at its
+        maximum, ``b_t = 1ᵀC⁻¹y_t / 1ᵀC⁻¹1`` (the profile likelihood, which is the
+        Gaussian-process graph's density at its mode in b: its bias is a free variable).
+    logit_rho_range : (float, float)
+        Search range of logit ϱ.
     """
 
     def __init__(self, views: Sequence[np.ndarray], kernels: Sequence[str], Y: np.ndarray,
                  eta: float, gammas: Sequence[float | None], lam: float | None,
-                 rho: float | None) -> None:
+                 rho: float | None, *, restricted: bool = True,
+                 logit_rho_range: tuple[float, float] = LOGIT_RHO_RANGE) -> None:
         super().__init__(views, kernels)
         self.Y = np.asarray(Y, dtype=float)
         self.eta = float(eta)
+        self.restricted = bool(restricted)
+        self.logit_rho_range = tuple(logit_rho_range)
         self.sizes = [X.shape[1] for X in views]
         self.fixed_gammas = list(gammas)
         self.fixed_lam, self.fixed_rho = lam, rho
@@ -137,7 +148,7 @@ class RhoTensorEvidence(_ViewGrams):
     def bounds(self) -> list[tuple[float, float]]:
         out = [tuple(np.log(np.asarray(GAMMA_RANGE) / self.sizes[v])) for v in self.free_gamma]
         out += [LOG_LAM_RANGE] if self.fixed_lam is None else []
-        out += [LOGIT_RHO_RANGE] if self.fixed_rho is None else []
+        out += [self.logit_rho_range] if self.fixed_rho is None else []
         return out
 
     def start(self) -> np.ndarray:
@@ -156,26 +167,44 @@ class RhoTensorEvidence(_ViewGrams):
         return gammas, lam, rho
 
     # -------------------------------------------------------------- objective
-    def __call__(self, z: np.ndarray) -> tuple[float, np.ndarray]:
-        gammas, lam, rho = self.unpack(z)
+    def _covariance(self, gammas, lam: float, rho: float) -> tuple:
+        """``C = (K_ϱ/η + λI)/τ²`` and the pieces its derivatives reuse:
+        ``(C, Ks, prod, total, tau, scale)``."""
         Ks = self.grams(gammas)
-        N, T = self.Y.shape
         tau = tau_of(rho, self.V)
         prod = np.prod(Ks, axis=0)
         total = np.sum(Ks, axis=0)
         scale = 1.0 / (self.eta * tau**2)
         C = mix_sum_and_product(total, prod, rho) * scale
-        C[np.diag_indices(N)] += lam / tau**2
+        C[np.diag_indices(len(C))] += lam / tau**2
+        return C, Ks, prod, total, tau, scale
+
+    def _solve(self, C: np.ndarray) -> tuple:
+        """``(L, C⁻¹, C⁻¹1, 1ᵀC⁻¹1, C⁻¹Y)`` with ``L`` C's Cholesky factor."""
         L = cholesky_with_jitter(C, "the marginal likelihood's covariance")
-        Ci = linalg.cho_solve((L, True), np.eye(N))
+        Ci = linalg.cho_solve((L, True), np.eye(len(C)))
         Ci1 = Ci.sum(axis=1)
-        s = float(Ci1.sum())
-        CiY = Ci @ self.Y
+        return L, Ci, Ci1, float(Ci1.sum()), Ci @ self.Y
+
+    def bias(self, z: np.ndarray) -> np.ndarray:
+        """The bias at its maximum given the hyper-parameters z, ``1ᵀC⁻¹y_t / 1ᵀC⁻¹1``
+        per task (its posterior mean under the flat prior too)."""
+        _, _, _, s, CiY = self._solve(self._covariance(*self.unpack(z))[0])
+        return CiY.sum(axis=0) / s
+
+    def __call__(self, z: np.ndarray) -> tuple[float, np.ndarray]:
+        gammas, lam, rho = self.unpack(z)
+        C, Ks, prod, total, tau, scale = self._covariance(gammas, lam, rho)
+        N, T = self.Y.shape
+        L, Ci, Ci1, s, CiY = self._solve(C)
         PY = CiY - np.outer(Ci1, CiY.sum(axis=0) / s)
-        nll = (0.5 * float(np.sum(self.Y * PY))
-               + 0.5 * T * (2.0 * np.sum(np.log(np.diag(L))) + np.log(s)
-                            + (N - 1) * np.log(2 * np.pi)))
-        M = T * (Ci - np.outer(Ci1, Ci1) / s) - PY @ PY.T  # ∂nll = ½ Σ M ∘ ∂C
+        nll = 0.5 * float(np.sum(self.Y * PY)) + 0.5 * T * (2.0 * np.sum(np.log(np.diag(L))))
+        if self.restricted:  # the bias integrated out: log 1ᵀC⁻¹1 and one dimension fewer
+            nll += 0.5 * T * (np.log(s) + (N - 1) * np.log(2 * np.pi))
+            M = T * (Ci - np.outer(Ci1, Ci1) / s) - PY @ PY.T  # ∂nll = ½ Σ M ∘ ∂C
+        else:  # at its maximum: the envelope theorem leaves ∂ of the quadratic and log|C|
+            nll += 0.5 * T * N * np.log(2 * np.pi)
+            M = T * Ci - PY @ PY.T
         grad = []
         for v in self.free_gamma:
             dC = -gammas[v] * self.base[v] * mix_sum_and_product(Ks[v], prod, rho) * scale
@@ -187,11 +216,20 @@ class RhoTensorEvidence(_ViewGrams):
             grad.append(0.5 * float(np.sum(M * dC)) * rho * (1.0 - rho))
         return nll, np.asarray(grad)
 
-    def maximise(self, max_iter: int = 200) -> EvidenceResult:
-        """Maximise the evidence over the free hyper-parameters with L-BFGS-B."""
+    def maximise(self, max_iter: int = 200,
+                 starts: Sequence[np.ndarray] = ()) -> EvidenceResult:
+        """Maximise the evidence over the free hyper-parameters with L-BFGS-B.
+
+        From :meth:`start` and from each of ``starts`` (points in the search's coordinates,
+        clipped to its ranges), keeping the best: the evidence can have several modes (an
+        interpolating one, λ near its lower bound, beside a smoother one).
+        """
         start = time.perf_counter()
-        res = optimize.minimize(self, self.start(), jac=True, method="L-BFGS-B",
-                                bounds=self.bounds(), options={"maxiter": max_iter})
+        lo, hi = np.asarray(self.bounds(), dtype=float).reshape(-1, 2).T
+        points = [self.start()] + [np.clip(np.asarray(z, dtype=float), lo, hi) for z in starts]
+        res = min((optimize.minimize(self, z0, jac=True, method="L-BFGS-B",
+                                     bounds=self.bounds(), options={"maxiter": max_iter})
+                   for z0 in points), key=lambda r: r.fun)
         gammas, lam, rho = self.unpack(res.x)
         # an optimum on the search range's edge: the evidence keeps rising beyond it (e.g.
         # λ → 0 when the labels can be interpolated, γ → 0 when a view is best linear)
@@ -201,7 +239,7 @@ class RhoTensorEvidence(_ViewGrams):
         return EvidenceResult(gammas=gammas, alpha=lam, rho=rho, at_bounds=at_bounds,
                               neg_log_evidence=float(res.fun), n_iterations=int(res.nit),
                               seconds=time.perf_counter() - start, n_samples=self.Y.shape[0],
-                              free=self.free)
+                              free=self.free, z=np.asarray(res.x))
 
 
 
