@@ -367,8 +367,7 @@ def _process_evidence_map(built: BuiltModel, settings: EngineSettings
                                                                   rtol=1e-12, atol=0.0)))):
         return None
     evidence = RhoTensorEvidence(
-        data.views, kinds, built.context.targets, float(comb.eta),
-        [None if k == "rbf" and g is None else g for k, g in zip(kinds, gammas, strict=True)],
+        data.views, kinds, built.context.targets, float(comb.eta), gammas,
         None if free_noise else float(lik.sigma) ** 2, comb.rho, restricted=False,
         logit_rho_range=_RHO_PRIOR_LOGIT_RANGE)
     # the evidence's coordinates (log γ_v, log λ, logit ϱ) and the graph's interval values

@@ -225,17 +225,17 @@ class RhoTensorEvidence(_ViewGrams):
         interpolating one, λ near its lower bound, beside a smoother one).
         """
         start = time.perf_counter()
-        lo, hi = np.asarray(self.bounds(), dtype=float).reshape(-1, 2).T
+        bounds = self.bounds()
+        lo, hi = np.asarray(bounds, dtype=float).reshape(-1, 2).T
         points = [self.start()] + [np.clip(np.asarray(z, dtype=float), lo, hi) for z in starts]
-        res = min((optimize.minimize(self, z0, jac=True, method="L-BFGS-B",
-                                     bounds=self.bounds(), options={"maxiter": max_iter})
+        res = min((optimize.minimize(self, z0, jac=True, method="L-BFGS-B", bounds=bounds,
+                                     options={"maxiter": max_iter})
                    for z0 in points), key=lambda r: r.fun)
         gammas, lam, rho = self.unpack(res.x)
         # an optimum on the search range's edge: the evidence keeps rising beyond it (e.g.
         # λ → 0 when the labels can be interpolated, γ → 0 when a view is best linear)
-        at_bounds = tuple(name for name, z, (lo, hi) in zip(self.free, res.x, self.bounds(),
-                                                             strict=True)
-                          if min(z - lo, hi - z) < 1e-6 * max(1.0, hi - lo))
+        at_bounds = tuple(name for name, z, (a, b) in zip(self.free, res.x, bounds, strict=True)
+                          if min(z - a, b - z) < 1e-6 * max(1.0, b - a))
         return EvidenceResult(gammas=gammas, alpha=lam, rho=rho, at_bounds=at_bounds,
                               neg_log_evidence=float(res.fun), n_iterations=int(res.nit),
                               seconds=time.perf_counter() - start, n_samples=self.Y.shape[0],
