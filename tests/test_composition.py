@@ -440,6 +440,92 @@ def test_rhotmvrkm_exact_kernel_defaults_are_the_composed_estimators(small, thre
             np.testing.assert_array_equal(bayesmv.load(f"{tmp}/m").predict_proba(Xt3), proba)
 
 
+def _free_process_builder(kernels, **kwargs):
+    """ϱTMV-RKM's builder with every width, ϱ and the noise left free (a user's
+    composition: nothing taken from a fitted preset)."""
+    return RhoTMVRKM().make_builder(kernels, [None] * len(kernels), None, None, **kwargs)
+
+
+@pytest.mark.python_ops  # evaluates graphs a few times: gcc would be most of it
+def test_rhotmvrkm_defaults_are_the_composed_estimator_choosing_by_its_criterion(
+        small, three_classes):
+    """The preset's whole default fit (hyper-parameters by its leave-one-out criterion, the
+    temperature slope on those leave-one-out values, the paper's ``τg + b``) is the composed
+    estimator on a builder with every hyper-parameter free and ``criterion="loo"``: the same
+    choice and probabilities, two and three classes, one-vs-all and output codes; REML
+    evidence with the likelihood's own probabilities likewise.  Before the criterion
+    strategies the composed estimator could only take the preset's fitted values."""
+    X, y, Xt, _ = small
+    # the temperature's probabilities read the paper's τg + b, the likelihood's g + b
+    for settings, criterion, rule in (
+            ({}, "loo", "add"),
+            ({"criterion": "evidence", "calibration": "likelihood"}, "evidence", "model")):
+        rkm = RhoTMVRKM(random_seed=0, **settings).fit(X, y)
+        composed = MultiViewClassifier(_free_process_builder(rkm.kernels_, decision_rule=rule),
+                                       inference="map", criterion=criterion,
+                                       random_seed=0).fit(X, y)
+        params = composed.builder_.get_params()
+        np.testing.assert_allclose(params["feature_map__gamma"], rkm.gamma_, rtol=1e-12)
+        assert params["combiner__rho"] == pytest.approx(rkm.rho_, rel=1e-12)
+        assert params["likelihood__sigma"] ** 2 == pytest.approx(rkm.alpha_, rel=1e-12)
+        assert params["likelihood__link_slope"] == rkm.slope_  # None for the evidence's
+        assert composed.idata_.posterior.attrs["criterion"] == criterion
+        np.testing.assert_allclose(composed.predict_proba(Xt), rkm.predict_proba(Xt),
+                                   atol=1e-8)
+    X3, y3, Xt3 = three_classes
+    for multiclass in ("ova", "moc"):
+        rkm = RhoTMVRKM(multiclass=multiclass, random_seed=0).fit(X3, y3)
+        composed = MultiViewClassifier(
+            RhoTMVRKM(multiclass=multiclass).make_builder(
+                rkm.kernels_, [None] * V, None, None, decision_rule="add"),
+            inference="map", criterion="loo", random_seed=0).fit(X3, y3)
+        proba = composed.predict_proba(Xt3)
+        np.testing.assert_allclose(proba, rkm.predict_proba(Xt3), atol=1e-8)
+        with tempfile.TemporaryDirectory() as tmp:  # the chosen values travel with the fit
+            composed.save(f"{tmp}/m")
+            np.testing.assert_array_equal(bayesmv.load(f"{tmp}/m").predict_proba(Xt3), proba)
+
+
+@pytest.mark.python_ops
+def test_a_criterion_on_a_row_subset_takes_its_slope_from_every_row(small, monkeypatch):
+    """Beyond the criteria's row budget the hyper-parameters are chosen on a seeded subset
+    (the preset's ``ml_max_samples``) and the temperature slope is refitted on every row's
+    leave-one-out values, as the preset does after its own fit."""
+    from bayesmv.inference import selection
+
+    X, y, Xt, _ = small
+    monkeypatch.setattr(selection, "CRITERION_MAX_SAMPLES", 25)
+    rkm = RhoTMVRKM(ml_max_samples=25, random_seed=3).fit(X, y)
+    composed = MultiViewClassifier(_free_process_builder(rkm.kernels_, decision_rule="add"),
+                                   inference="map", criterion="loo", random_seed=3).fit(X, y)
+    attrs = composed.idata_.posterior.attrs
+    assert attrs["criterion_n_samples"] == 25 and rkm.selection_["n_samples"] == 25
+    # the subset's own slope is not the one kept
+    assert composed.builder_.likelihood.link_slope != pytest.approx(attrs["criterion_slope"])
+    assert composed.builder_.likelihood.link_slope == pytest.approx(rkm.slope_, rel=1e-10)
+    np.testing.assert_allclose(composed.predict_proba(Xt), rkm.predict_proba(Xt), atol=1e-8)
+
+
+def test_a_criterion_without_a_strategy_for_the_pieces_is_refused_before_fitting(small):
+    X, y, _, _ = small
+    builder = ModelBuilder(None, LandmarkFeatures(10), SumCombiner(), LogisticLikelihood())
+    with pytest.raises(ValueError, match=r"criterion='loo' has no strategy for Identity \+ "
+                                         r"LandmarkFeatures \+ SumCombiner"):
+        MultiViewClassifier(builder, inference="map", criterion="loo").fit(X, y)
+    with pytest.raises(ValueError, match="criterion must be None or one of"):
+        MultiViewClassifier(builder, criterion="cv").fit(X, y)
+    # a free noise on another range is not the criteria's search: named, not guessed
+    process = ModelBuilder(None, ViewKernels(), RhoTensorCombiner(None),
+                           GaussianLikelihood(sigma=None, variance_range=(1e-3, 10.0)))
+    with pytest.raises(ValueError, match="variance_range"):
+        MultiViewClassifier(process, inference="map", criterion="evidence").fit(X, y)
+    estimator = MultiViewClassifier(builder, inference="map", random_seed=0).fit(X, y)
+    before = estimator.predict_proba(X)
+    with pytest.raises(ValueError, match="has no strategy"):
+        estimator.set_params(criterion="loo").fit(X, y)
+    np.testing.assert_array_equal(estimator.predict_proba(X), before)  # the fit is intact
+
+
 def test_exact_engine_evaluates_the_density_a_few_times_not_once_per_draw(small, monkeypatch):
     """The exact posterior is Gaussian: its draws need no importance diagnostic against the
     log density (before 2026-11-29 every draw was evaluated, a factorisation of the process's

@@ -20,7 +20,7 @@ from bayesmv.components.likelihoods import expected_sigmoid, log_expected_sigmoi
 from bayesmv.datasets import load_multiple_features
 from bayesmv.diagnostics import calibration
 from bayesmv.inference.conjugate import FeaturePosterior, KernelPosterior
-from bayesmv.inference.evidence import RhoTensorEvidence
+from bayesmv.inference.evidence import RhoTensorEvidence, RhoTensorLOO
 
 
 def _views(n, dims, seed):
@@ -361,8 +361,9 @@ def _brute_force_loo(Om, Om_prod, Ypm, rho, lam, eta, rule):
             alpha, b = _paper_system(sub, Om_prod[np.ix_(keep, keep)], Ypm[keep, t], rho, lam,
                                      eta)
             row = ((1 - rho) * sum(K[i, keep] for K in Om) + rho * Om_prod[i, keep]
-                   if rule == "add" else sum(K[i, keep] for K in Om) / V)
-            out[i, t] = row @ alpha / eta + b
+                   if rule in ("add", "model") else sum(K[i, keep] for K in Om) / V)
+            # the model's own g + b is eq. 15's τg + b with g's part divided by τ
+            out[i, t] = row @ alpha / eta / ((1 - rho) * V + rho if rule == "model" else 1) + b
     return out
 
 
@@ -384,6 +385,22 @@ def test_loo_shortcut_equals_brute_force_refits_with_exact_kernels(rule, rho):
     Om = [_paper_kernel(k, x, x, g) for k, x, g in zip(kinds, X, gammas, strict=True)]
     ref = _brute_force_loo(Om, np.prod(Om, axis=0), _ova_targets(y), rho, lam, eta, rule)
     np.testing.assert_allclose(est.idata_.fit["f_loo"].values, ref, rtol=1e-8,
+                               atol=1e-10 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("rho", [0.0, 0.4, 1.0])
+def test_loo_criterion_of_the_models_own_rule_equals_brute_force_refits(rho):
+    """The criterion a composed estimator scores for a combiner with ``decision_rule=
+    "model"`` (``g + b``, not eq. 15's ``τg + b``)."""
+    X = _views(40, (3, 2), seed=21)
+    y = np.digitize(X[0][:, 0] + X[1][:, 1], [-0.5, 0.5])
+    kinds, gammas, lam, eta = ["rbf", "linear"], [0.4, None], 0.07, 1.3
+    Y = _ova_targets(y)
+    loo = RhoTensorLOO(X, kinds, Y, y, 3, lambda F, t: F, eta, gammas, [None, None], lam, rho,
+                       rule="model")
+    Om = [_paper_kernel(k, x, x, g) for k, x, g in zip(kinds, X, gammas, strict=True)]
+    ref = _brute_force_loo(Om, np.prod(Om, axis=0), Y, rho, lam, eta, "model")
+    np.testing.assert_allclose(loo.loo_values(None, lam, rho), ref, rtol=1e-8,
                                atol=1e-10 * np.abs(ref).max())
 
 

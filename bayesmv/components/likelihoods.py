@@ -196,6 +196,41 @@ def code_log_probabilities(log_pos: np.ndarray, log_neg: np.ndarray,
     return log_p - np.log(np.sum(np.exp(log_p), axis=-1, keepdims=True))
 
 
+def output_log_bits(F: np.ndarray, var: np.ndarray | None,
+                    slope: float) -> tuple[np.ndarray, np.ndarray]:
+    """``log p_l(+1)`` and ``log p_l(-1)`` of each output bit,
+    ``p_l(c) = E[sigmoid(c · slope · F_l)]`` over ``F_l ~ N(F, var)`` (``var`` None: the
+    plug-in ``sigmoid(c · slope · F_l)``); shapes as ``F``.  See
+    :func:`class_log_probabilities`."""
+    if var is None:
+        return log_expit(slope * F), log_expit(-slope * F)
+    return (log_expected_sigmoid(F, var[:, None], slope),
+            log_expected_sigmoid(-F, var[:, None], slope))
+
+
+def class_log_probabilities(F: np.ndarray, var: np.ndarray | None, slope: float,
+                            codes: np.ndarray) -> np.ndarray:
+    """Class log-probabilities from decision values: independent calibrated output bits.
+
+    Output l says bit ``c = ±1`` with probability ``p_l(c) = E[sigmoid(c · slope · F_l)]``
+    over ``F_l ~ N(F, var)`` (``var`` None or 0: the plug-in ``sigmoid(c · slope · F_l)``),
+    and ``p(class k) ∝ Π_l p_l(codes[k, l])``.  For plug-in values that is
+    ``softmax((slope/2) · F @ codes.T)``: for one-vs-all the temperature-scaled softmax of
+    the outputs, ``softmax(slope · F_k)``, for two classes ``sigmoid(slope · F)``.
+    Normalised in log space, so a row whose every bit underflows still sums to one.
+
+    Parameters
+    ----------
+    F : ndarray (..., n_samples, n_outputs)
+    var : ndarray (n_samples,) or None
+        Variance of each row's decision values (the same for every output).
+    slope : float
+    codes : ndarray (n_classes, n_outputs)
+        The ±1 output codes (:func:`~bayesmv.data.output_codes`).
+    """
+    return code_log_probabilities(*output_log_bits(F, var, slope), codes)
+
+
 #: how the tasks' probabilities become class probabilities (more than two classes); see
 #: :func:`multiclass_log_probabilities`
 MULTICLASS_RULES = ("one_hot", "normalised", "moc")

@@ -468,8 +468,10 @@ class RhoTensorLOO(_ViewGrams):
         The reference widths of the free views (scikit-learn's ``"scale"``).
     lam, rho : float or None
         Fixed values, or None for the ones to choose.
-    rule : {"add", "mean"}
-        The decision rule whose leave-one-out values are scored (paper eq. 15 or 17).
+    rule : {"add", "mean", "model"}
+        The decision rule whose leave-one-out values are scored: the paper's eq. 15
+        (``τg + b``) or 17 (the mean of the views' own kernels), or the Gaussian model's own
+        ``g + b``.
     """
 
     #: line-search start and step of each free coordinate (log λ, log m, logit ϱ)
@@ -527,23 +529,33 @@ class RhoTensorLOO(_ViewGrams):
             self._grams_of = (width, self.grams(self.gammas(width)))
         return self._grams_of[1]
 
-    def evaluate(self, width: float | None, lam: float, rho: float) -> dict[str, float]:
-        """Criterion at (m, λ, ϱ): one Cholesky factor, the leave-one-out decision values of
-        the rule and the slope that fits them best."""
+    def loo_values(self, width: float | None, lam: float, rho: float) -> np.ndarray | None:
+        """The rule's exact leave-one-out decision values (N, T) at (m, λ, ϱ), from one
+        Cholesky factor; None where rounding left some ``P_ii ≤ 0`` (no usable values)."""
         grams = self.width_grams(width)
         tau = tau_of(rho, self.V)
         K = combine_kernels(grams, rho) / (self.eta * tau**2)
         noise = lam / tau**2
-        G = None if self.rule == "add" else np.sum(grams, axis=0) / (self.V * self.eta * tau)
+        G = (np.sum(grams, axis=0) / (self.V * self.eta * tau) if self.rule == "mean"
+             else None)
         with warnings.catch_warnings():
             # a nearly singular K at a tiny λ is only a point the search moves away from
             warnings.simplefilter("ignore", NumericalWarning)
-            pieces = loo_pieces(KernelPosterior.fit(K, self.Y, noise), self.Y, noise, G, tau)
-        if not np.all(pieces["P_diag"] > 0):  # lost to rounding: no usable values
+            pieces = loo_pieces(KernelPosterior.fit(K, self.Y, noise), self.Y, noise, G,
+                                1.0 if self.rule == "model" else tau)
+        if not np.all(pieces["P_diag"] > 0):
+            return None
+        return loo_decision_values(pieces["F"], pieces["W"], pieces["P_diag"],
+                                   pieces["GP_diag"], pieces["u"])
+
+    def evaluate(self, width: float | None, lam: float, rho: float) -> dict[str, float]:
+        """Criterion at (m, λ, ϱ): the leave-one-out decision values of the rule
+        (:meth:`loo_values`) and the slope that fits them best."""
+        F_loo = self.loo_values(width, lam, rho)
+        if F_loo is None:  # lost to rounding
             return {"criterion": np.inf, "slope": np.nan, "cross_entropy": np.inf}
-        F_loo = loo_decision_values(pieces["F"], pieces["W"], pieces["P_diag"],
-                                    pieces["GP_diag"], pieces["u"])
         slope, ce = fit_slope(lambda t: self.class_log_proba(F_loo, t), self.targets)
+        tau = tau_of(rho, self.V)
         prior = neg_log_hyperprior(None if self.fixed_rho is not None else rho,
                                    None if self.fixed_lam is not None else lam,
                                    width if self.free_width else None, self.eta, tau)

@@ -31,7 +31,7 @@ from bayesmv.components.likelihoods import (
 )
 from bayesmv.components.linear import to_dense
 from bayesmv.data import MultiViewData, ViewStandardizer, check_complete_views
-from bayesmv.inference import engines
+from bayesmv.inference import engines, selection
 from bayesmv.inference.predict import (
     GaussianProcessPredictor,
     GraphPredictor,
@@ -58,6 +58,18 @@ def _posterior_directions(built: BuiltModel) -> tuple[dict, list[dict]]:
     return (to_named(flat.to_point(posterior.mean)),
             [to_named(flat.to_point(posterior.mean + column))
              for column in posterior.cov_factor.T])
+
+
+def criterion_attrs(info: dict[str, Any]) -> dict[str, Any]:
+    """A criterion's search description as ``posterior.attrs`` (numbers and strings, which
+    netCDF stores): each key prefixed ``criterion_``, lists joined by commas."""
+    out = {}
+    for key, value in info.items():
+        name = "criterion" if key == "criterion" else f"criterion_{key}"
+        if value is None:
+            continue
+        out[name] = ",".join(map(str, value)) if isinstance(value, list | tuple) else value
+    return out
 
 
 #: new rows per Gaussian-process prediction graph, whose covariance over the training rows
@@ -97,6 +109,17 @@ class MultiViewClassifier(BaseMultiViewClassifier):
         conditioning the process on the stored training rows at each posterior draw
         (:class:`~bayesmv.inference.predict.GaussianProcessPredictor`; a MAP fit's
         probabilities are plug-in).
+    criterion : {None, "loo", "evidence"}, default None
+        How the pieces' free hyper-parameters (settings left None: a view's kernel width,
+        ϱ, the noise) are chosen.  None: they are variables of the graph, fitted by the
+        engine with the rest.  ``"loo"`` / ``"evidence"``: chosen first by that criterion
+        on the training rows (a strategy registered for the pieces,
+        :mod:`bayesmv.inference.selection`; the ϱ-tensor Gaussian process's exact
+        leave-one-out predictive or its restricted marginal likelihood), then fixed in
+        ``builder_`` for the engine.  ``"loo"`` also sets the Gaussian likelihood's
+        ``link_slope`` (when not given) to the slope that calibrates the leave-one-out
+        decision values it scored.  The choice is in ``idata_.posterior.attrs``
+        (``criterion_*``).
     draws, tune, chains : int
         Posterior draws per chain, tuning iterations and chains (samplers); ``draws`` is also
         the number of draws of the exact and Laplace posteriors.
@@ -169,7 +192,8 @@ class MultiViewClassifier(BaseMultiViewClassifier):
     """
 
     def __init__(self, builder: ModelBuilder | None = None, *, inference: str = "auto",
-                 draws: int = 1000, tune: int = 1000, chains: int = 4, cores: int | None = 1,
+                 criterion: str | None = None, draws: int = 1000, tune: int = 1000,
+                 chains: int = 4, cores: int | None = 1,
                  random_seed: int | None = None, view_sizes=None, standardize: bool = True,
                  n_init: int = 3, ensemble: int | None = 1, max_iter: int = 2000,
                  tol: float = 1e-9,
@@ -179,6 +203,7 @@ class MultiViewClassifier(BaseMultiViewClassifier):
                  laplace_curvature: str = "auto") -> None:
         self.builder = builder
         self.inference = inference
+        self.criterion = criterion
         self.draws = draws
         self.tune = tune
         self.chains = chains
@@ -216,6 +241,7 @@ class MultiViewClassifier(BaseMultiViewClassifier):
             raise ValueError(f"target_accept must lie in (0, 1), got {self.target_accept!r}")
         check_nuts_sampler(self.nuts_sampler, require_installed=False)
         engines.check_laplace_curvature(self.laplace_curvature)
+        selection.check_criterion(self.criterion)
 
     def _modes(self) -> int:
         return 1 if self.ensemble is None else int(self.ensemble)
@@ -250,9 +276,15 @@ class MultiViewClassifier(BaseMultiViewClassifier):
         standardizer = (ViewStandardizer(drop_constant=builder.models_views).fit(data)
                         if self.standardize else None)
         train = standardizer.transform(data) if standardizer is not None else data
-        targets = task_codes(builder.likelihood, len(classes))[y_index]
+        codes = task_codes(builder.likelihood, len(classes))
+        targets = codes[y_index]
         start = time.perf_counter()
         built = builder.build(train, targets)
+        chosen = {}
+        if self.criterion is not None:
+            choice = selection.select(built, self.criterion, y_index, codes, self.random_seed)
+            builder, chosen = choice.builder, criterion_attrs(choice.info)
+            built = builder.build(train, targets)
         inference = engines.resolve(built, self.inference)
         settings = engines.EngineSettings(
             draws=int(self.draws), tune=int(self.tune), chains=int(self.chains),
@@ -264,6 +296,7 @@ class MultiViewClassifier(BaseMultiViewClassifier):
         elapsed = time.perf_counter() - start
         if inference in ("nuts", "gibbs", "hybrid"):
             info["n_iterations"] = int(self.tune) + int(self.draws)
+        info.update(chosen)
         info.update(fit_seconds=elapsed, requested_inference=self.inference,
                     model=" + ".join(type(p).__name__ for p in builder.pieces))
         for key, value in info.items():

@@ -22,15 +22,14 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 from scipy import linalg
-from scipy.special import log_expit
 
 from bayesmv.builder import BuiltModel, ModelBuilder
 from bayesmv.components.base import Identity
 from bayesmv.components.kernels import KERNELS, ViewKernels, ViewRandomFeatures
 from bayesmv.components.likelihoods import (
     GaussianLikelihood,
-    code_log_probabilities,
-    log_expected_sigmoid,
+    class_log_probabilities,
+    output_log_bits,
 )
 from bayesmv.components.tensor import (
     RhoTensorCombiner,
@@ -43,8 +42,6 @@ from bayesmv.data import MultiViewData, ViewStandardizer, output_codes
 from bayesmv.inference.conjugate import FeaturePosterior, KernelPosterior
 from bayesmv.inference.evidence import (
     LOG_LAM_RANGE,
-    RhoTensorEvidence,
-    RhoTensorLOO,
     fit_slope,
     loo_decision_values,
     loo_pieces,
@@ -52,43 +49,9 @@ from bayesmv.inference.evidence import (
     own_kernel_rule,
     platt_targets,
 )
+from bayesmv.inference.selection import choose_process_hyperparameters, reference_widths
 from bayesmv.models.base import BaseMultiViewClassifier, register
 from bayesmv.params import check_positive
-
-
-def output_log_bits(F: np.ndarray, var: np.ndarray | None,
-                    slope: float) -> tuple[np.ndarray, np.ndarray]:
-    """``log p_l(+1)`` and ``log p_l(-1)`` of each output bit,
-    ``p_l(c) = E[sigmoid(c · slope · F_l)]`` over ``F_l ~ N(F, var)`` (``var`` None: the
-    plug-in ``sigmoid(c · slope · F_l)``); shapes as ``F``.  See
-    :func:`class_log_probabilities`."""
-    if var is None:
-        return log_expit(slope * F), log_expit(-slope * F)
-    return (log_expected_sigmoid(F, var[:, None], slope),
-            log_expected_sigmoid(-F, var[:, None], slope))
-
-
-def class_log_probabilities(F: np.ndarray, var: np.ndarray | None, slope: float,
-                            codes: np.ndarray) -> np.ndarray:
-    """Class log-probabilities from decision values: independent calibrated output bits.
-
-    Output l says bit ``c = ±1`` with probability ``p_l(c) = E[sigmoid(c · slope · F_l)]``
-    over ``F_l ~ N(F, var)`` (``var`` None or 0: the plug-in ``sigmoid(c · slope · F_l)``),
-    and ``p(class k) ∝ Π_l p_l(codes[k, l])``.  For plug-in values that is
-    ``softmax((slope/2) · F @ codes.T)``: for one-vs-all the temperature-scaled softmax of
-    the outputs, ``softmax(slope · F_k)``, for two classes ``sigmoid(slope · F)``.
-    Normalised in log space, so a row whose every bit underflows still sums to one.
-
-    Parameters
-    ----------
-    F : ndarray (..., n_samples, n_outputs)
-    var : ndarray (n_samples,) or None
-        Variance of each row's decision values (the same for every output).
-    slope : float
-    codes : ndarray (n_classes, n_outputs)
-        The ±1 output codes (:func:`output_codes`).
-    """
-    return code_log_probabilities(*output_log_bits(F, var, slope), codes)
 
 
 @register
@@ -365,46 +328,21 @@ class RhoTMVRKM(BaseMultiViewClassifier):
         standardizer = ViewStandardizer().fit(data) if self.standardize else None
         if standardizer is not None:
             data = standardizer.transform(data)
-        # scikit-learn's "scale" width of each view: the reference the criterion multiplies
-        scale = [1.0 / (X.shape[1] * max(float(X.var()), 1e-300)) for X in data.views]
-        gammas = [sc if g == "scale" else g for g, sc in zip(gammas, scale, strict=True)]
+        gammas = [sc if g == "scale" else g
+                  for g, sc in zip(gammas, reference_widths(data.views), strict=True)]
         gammas = [None if k == "linear" else g for k, g in zip(kernels, gammas, strict=True)]
         codes = output_codes(len(classes), self.multiclass)
         return {"data": data, "Y": codes[y_index], "y_index": y_index, "classes": classes,
-                "codes": codes, "kernels": kernels, "gammas": gammas, "scale_gammas": scale,
+                "codes": codes, "kernels": kernels, "gammas": gammas,
                 "standardizer": standardizer}
 
     def _choose_hyperparameters(self, prepared: dict[str, Any]) -> tuple[list, float, float,
                                                                           dict]:
-        kernels, gammas, Y = prepared["kernels"], prepared["gammas"], prepared["Y"]
-        codes = prepared["codes"]
-        free = ([g for k, g in zip(kernels, gammas, strict=True) if k == "rbf" and g is None]
-                or self.rho is None or self._param("alpha") is None)
-        if not free:
-            return (gammas, float(self._param("alpha")), float(self.rho),
-                    {"criterion": None, "free": []})
-        views, y_index = prepared["data"].views, prepared["y_index"]
-        if len(Y) > self.ml_max_samples:
-            rng = np.random.default_rng(np.random.SeedSequence([self._seed(), 1]))
-            rows = np.sort(rng.choice(len(Y), self.ml_max_samples, replace=False))
-            views, Y, y_index = [X[rows] for X in views], Y[rows], y_index[rows]
-        if self.criterion == "evidence":
-            result = RhoTensorEvidence(views, kernels, Y, self.eta, gammas, self._param("alpha"),
-                                       self.rho).maximise()
-            info = {"criterion": "evidence", "free": list(result.free),
-                    "neg_log_evidence": result.neg_log_evidence,
-                    "n_iterations": result.n_iterations, "seconds": result.seconds,
-                    "n_samples": result.n_samples, "at_bounds": list(result.at_bounds)}
-            return result.gammas, result.alpha, result.rho, info
-        loo = RhoTensorLOO(views, kernels, Y, y_index, len(prepared["classes"]),
-                           lambda F, t: class_log_probabilities(F, None, t, codes), self.eta,
-                           gammas, prepared["scale_gammas"], self._param("alpha"), self.rho,
-                           self.decision_rule).minimise()
-        info = {"criterion": "loo", "free": list(loo.free), "value": loo.criterion,
-                "cross_entropy": loo.cross_entropy, "width": loo.width, "slope": loo.slope,
-                "n_evaluations": loo.n_evaluations, "seconds": loo.seconds,
-                "n_samples": loo.n_samples, "at_bounds": list(loo.at_bounds)}
-        return loo.gammas, loo.alpha, loo.rho, info
+        return choose_process_hyperparameters(
+            prepared["data"].views, prepared["kernels"], prepared["gammas"], prepared["Y"],
+            prepared["y_index"], prepared["codes"], eta=self.eta, alpha=self._param("alpha"),
+            rho=self.rho, criterion=self.criterion, rule=self.decision_rule,
+            max_samples=self.ml_max_samples, seed=self._seed())
 
     def _seed(self) -> int:
         return 0 if self.random_seed is None else int(self.random_seed)

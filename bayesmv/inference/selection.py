@@ -1,0 +1,198 @@
+"""Hyper-parameters chosen by a criterion before an engine runs.
+
+A piece's setting left ``None`` (a view's kernel width, ϱ, the noise) is a free variable of
+the graph, which the engines fit with everything else (the MAP maximises the density, NUTS
+samples it).  A *criterion* chooses such settings first instead, from the training rows
+alone, and fixes them in the builder the engine then fits.  Criteria are strategies
+registered for the pieces they serve (:data:`CRITERION_STRATEGIES`), as the fast MAP solvers
+are (:data:`~bayesmv.inference.engines.MAP_STRATEGIES`), so nothing here names a preset:
+
+========== ============================================================================
+loo        the ϱ-tensor Gaussian process (exact per-view kernels, ϱ-tensor combiner,
+           Gaussian likelihood): the cross-entropy of the calibrated classifier on the
+           exact leave-one-out decision values (Sundararajan & Keerthi 2001), one
+           Cholesky factor per evaluation, plus weak hyper-priors; the slope that
+           calibrates those values becomes the likelihood's ``link_slope`` unless given
+evidence   the same process: its restricted marginal likelihood (REML: the bias integrated
+           out), closed form with its analytic gradient
+========== ============================================================================
+
+Free RBF widths are chosen as one common multiple of each view's reference width
+:func:`reference_widths` (scikit-learn's ``"scale"``) by ``loo`` and per view by
+``evidence``.  Beyond :data:`CRITERION_MAX_SAMPLES` training rows a criterion sees a seeded
+random subset of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from sklearn.base import clone
+
+from bayesmv.builder import BuiltModel, ModelBuilder
+from bayesmv.components.base import Identity
+from bayesmv.components.kernels import ViewKernels
+from bayesmv.components.likelihoods import GaussianLikelihood, class_log_probabilities
+from bayesmv.components.tensor import RhoTensorCombiner
+from bayesmv.inference.evidence import LOG_LAM_RANGE, RhoTensorEvidence, RhoTensorLOO
+
+#: the criteria a composed estimator can choose hyper-parameters by
+CRITERIA = ("loo", "evidence")
+
+#: training rows a criterion sees at most (a seeded random subset beyond)
+CRITERION_MAX_SAMPLES = 2000
+
+
+@dataclass
+class Selection:
+    """A criterion's choice: the builder with the chosen values fixed, and how it went."""
+
+    builder: ModelBuilder
+    info: dict[str, Any]
+
+
+def reference_widths(views: Sequence[np.ndarray]) -> list[float]:
+    """Each view's reference RBF width ``1 / (D_v · Var(X_v))`` (scikit-learn's
+    ``gamma="scale"``), the unit a criterion's width multiplier is measured in."""
+    return [1.0 / (X.shape[1] * max(float(X.var()), 1e-300)) for X in views]
+
+
+def criterion_rows(n_samples: int, max_samples: int, seed: int | None) -> np.ndarray | None:
+    """The sorted rows a criterion sees: None (all) up to ``max_samples``, else a random
+    subset drawn from ``seed`` (None counts as 0, so an unseeded fit chooses the same)."""
+    if n_samples <= max_samples:
+        return None
+    rng = np.random.default_rng(np.random.SeedSequence([0 if seed is None else int(seed), 1]))
+    return np.sort(rng.choice(n_samples, max_samples, replace=False))
+
+
+def choose_process_hyperparameters(
+        views: Sequence[np.ndarray], kernels: Sequence[str], gammas: Sequence[float | None],
+        Y: np.ndarray, y_index: np.ndarray, codes: np.ndarray, *, eta: float,
+        alpha: float | None, rho: float | None, criterion: str, rule: str,
+        max_samples: int = CRITERION_MAX_SAMPLES, seed: int | None = None
+        ) -> tuple[list[float | None], float, float, dict[str, Any]]:
+    """The ϱ-tensor process's free hyper-parameters chosen by ``criterion``.
+
+    Parameters
+    ----------
+    views : list of ndarray
+        Standardised training views.
+    kernels, gammas : per view, ``"rbf"`` / ``"linear"`` and the width (None: free).
+    Y : ndarray (N, T)
+        ±1 targets, one column per output code; ``codes`` (n_classes, T) the code matrix and
+        ``y_index`` (N,) each row's class.
+    eta : float
+        The paper's η.
+    alpha, rho : float or None
+        The noise variance λ and ϱ when fixed; None to choose.
+    criterion : {"loo", "evidence"}
+    rule : {"add", "mean", "model"}
+        The decision rule whose leave-one-out values ``"loo"`` scores.
+    max_samples, seed : see :func:`criterion_rows`.
+
+    Returns
+    -------
+    (gammas, alpha, rho, info): the widths, λ and ϱ, and a dict describing the search
+    (``criterion``, ``free``, ``at_bounds``, ``seconds``, ``n_samples``; ``loo`` adds its
+    ``slope`` at the choice).
+    """
+    free = ([g for k, g in zip(kernels, gammas, strict=True) if k == "rbf" and g is None]
+            or rho is None or alpha is None)
+    if not free:
+        return list(gammas), float(alpha), float(rho), {"criterion": None, "free": []}
+    rows = criterion_rows(len(Y), max_samples, seed)
+    if rows is not None:
+        views, Y, y_index = [X[rows] for X in views], Y[rows], y_index[rows]
+    if criterion == "evidence":
+        result = RhoTensorEvidence(views, kernels, Y, eta, gammas, alpha, rho).maximise()
+        info = {"criterion": "evidence", "free": list(result.free),
+                "neg_log_evidence": result.neg_log_evidence,
+                "n_iterations": result.n_iterations, "seconds": result.seconds,
+                "n_samples": result.n_samples, "at_bounds": list(result.at_bounds)}
+        return result.gammas, result.alpha, result.rho, info
+    loo = RhoTensorLOO(views, kernels, Y, y_index, len(codes),
+                       lambda F, t: class_log_probabilities(F, None, t, codes), eta,
+                       gammas, reference_widths(views), alpha, rho, rule).minimise()
+    info = {"criterion": "loo", "free": list(loo.free), "value": loo.criterion,
+            "cross_entropy": loo.cross_entropy, "width": loo.width, "slope": loo.slope,
+            "n_evaluations": loo.n_evaluations, "seconds": loo.seconds,
+            "n_samples": loo.n_samples, "at_bounds": list(loo.at_bounds)}
+    return loo.gammas, loo.alpha, loo.rho, info
+
+
+def _process_criterion(built: BuiltModel, criterion: str, y_index: np.ndarray,
+                       codes: np.ndarray, seed: int | None) -> Selection | None:
+    """``loo`` / ``evidence`` for exact per-view kernels, the ϱ-tensor combiner and a
+    Gaussian likelihood whose free noise has the log-uniform prior on the criteria's range."""
+    rep, fmap, comb, lik = built.builder.pieces
+    if not (isinstance(rep, Identity) and isinstance(fmap, ViewKernels)
+            and isinstance(comb, RhoTensorCombiner) and isinstance(lik, GaussianLikelihood)):
+        return None
+    if lik.sigma is None and (lik.variance_range is None or not np.allclose(
+            np.log(lik.variance_range), LOG_LAM_RANGE, rtol=1e-12, atol=0.0)):
+        raise ValueError(
+            f"criterion={criterion!r}: GaussianLikelihood's free noise is chosen on the "
+            f"criteria's range; give variance_range={tuple(np.exp(LOG_LAM_RANGE))} "
+            f"(got {lik.variance_range!r}) or a fixed sigma")
+    data = built.context.data
+    kinds, gammas = fmap.view_settings(data.n_views)
+    Y = built.context.targets
+    alpha = None if lik.sigma is None else float(lik.sigma) ** 2
+    rule = "add" if comb.decision_rule == "add" else "model"
+    chosen, alpha, rho, info = choose_process_hyperparameters(
+        data.views, kinds, gammas, Y, y_index, codes, eta=float(comb.eta), alpha=alpha,
+        rho=comb.rho, criterion=criterion, rule=rule, max_samples=CRITERION_MAX_SAMPLES,
+        seed=seed)
+    builder = clone(built.builder)
+    builder.set_params(feature_map__gamma=[None if g is None else float(g) for g in chosen],
+                       feature_map__kernel=list(kinds), feature_map__kernels=None,
+                       feature_map__gammas=None, combiner__rho=float(rho),
+                       likelihood__sigma=float(np.sqrt(alpha)))
+    if criterion == "loo" and lik.link_slope is None and info["criterion"] is not None:
+        slope = info["slope"]
+        if info["n_samples"] < len(Y):  # chosen on a subset: the slope from every row
+            loo = RhoTensorLOO(data.views, kinds, Y, y_index, len(codes),
+                               lambda F, t: class_log_probabilities(F, None, t, codes),
+                               float(comb.eta), chosen, reference_widths(data.views), alpha,
+                               rho, rule)
+            slope = loo.evaluate(None, alpha, rho)["slope"]
+        builder.set_params(likelihood__link_slope=float(slope))
+    return Selection(builder, info)
+
+
+#: the registered criterion strategies, tried in order: each returns a :class:`Selection`
+#: for the pieces it serves, else None
+CRITERION_STRATEGIES: list[Callable[..., Selection | None]] = [_process_criterion]
+
+
+def check_criterion(criterion: Any) -> None:
+    """Raise ValueError unless ``criterion`` is None or one of :data:`CRITERIA`."""
+    if criterion is not None and criterion not in CRITERIA:
+        raise ValueError(f"criterion must be None or one of {CRITERIA}, got {criterion!r}")
+
+
+def select(built: BuiltModel, criterion: str, y_index: np.ndarray, codes: np.ndarray,
+           seed: int | None = None) -> Selection:
+    """The builder with its free hyper-parameters chosen by ``criterion`` on the built
+    model's training rows (``y_index`` their classes, ``codes`` the likelihood's code
+    matrix), by the first registered strategy that serves the pieces."""
+    check_criterion(criterion)
+    for strategy in CRITERION_STRATEGIES:
+        chosen = strategy(built, criterion, y_index, codes, seed)
+        if chosen is not None:
+            return chosen
+    names = " + ".join(type(p).__name__ for p in built.builder.pieces)
+    raise ValueError(
+        f"criterion={criterion!r} has no strategy for {names}: the criteria serve exact "
+        "per-view kernels (ViewKernels) + RhoTensorCombiner + GaussianLikelihood; leave "
+        "criterion=None to fit the free hyper-parameters with the engine (e.g. "
+        "inference='map' or 'nuts')")
+
+
+__all__ = ["CRITERIA", "CRITERION_MAX_SAMPLES", "CRITERION_STRATEGIES", "Selection",
+           "check_criterion", "choose_process_hyperparameters", "criterion_rows",
+           "reference_widths", "select"]
