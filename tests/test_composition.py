@@ -506,6 +506,42 @@ def test_a_criterion_on_a_row_subset_takes_its_slope_from_every_row(small, monke
     np.testing.assert_allclose(composed.predict_proba(Xt), rkm.predict_proba(Xt), atol=1e-8)
 
 
+def test_mvlsvm_defaults_are_the_composed_estimator_choosing_by_held_out_loss(small,
+                                                                               three_classes):
+    """MVL-SVM's default fit (C from its grid and the probability's constant, both by the
+    stratified out-of-fold log-likelihood) is the composed SVM MAP on its builder with the
+    hinge's C left None and ``criterion="heldout"``; with C given, the criterion fits the
+    constant alone, as MVL-SVM's ``calibration_cv`` does."""
+    X, y, Xt, _ = small
+    X3, y3, Xt3 = three_classes
+    for (Xa, ya, Xb), settings in (((X, y, Xt), {}), ((X, y, Xt), {"C": 10.0}),
+                                   ((X3, y3, Xt3), {})):
+        svm = MVLSVM(random_seed=0, **settings).fit(Xa, ya)
+        composed = MultiViewClassifier(MVLSVM(random_seed=0, **settings).make_builder(len(ya)),
+                                       inference="map", criterion="heldout",
+                                       random_seed=0).fit(Xa, ya)
+        lik = composed.builder_.likelihood
+        assert lik.C * 2 * len(ya) == pytest.approx(svm.C_, rel=1e-12)
+        assert lik.link_constant == pytest.approx(svm.link_constant_, rel=1e-10)
+        assert svm.link_constant_ != pytest.approx(svm.C_ / (2 * len(ya)))  # calibrated
+        np.testing.assert_allclose(composed.predict_proba(Xb), svm.predict_proba(Xb),
+                                   atol=1e-8)
+    assert composed.idata_.posterior.attrs["criterion_free"] == "C,link_constant"
+
+
+def test_a_hinge_left_free_needs_the_held_out_criterion(small):
+    X, y, _, _ = small
+    builder = ModelBuilder(None, LandmarkFeatures(10), SumCombiner(flat_bias=True),
+                           HingeLikelihood(None))
+    with pytest.raises(ValueError, match=r"HingeLikelihood\(C=None\).*criterion='heldout'"):
+        MultiViewClassifier(builder, inference="map").fit(X, y)
+    # the MAP of a hinge after a CP interaction is no SVM: refused, with the reason
+    cp = ModelBuilder(None, LandmarkFeatures(10), CPInteractionCombiner(rank=2),
+                      HingeLikelihood(None))
+    with pytest.raises(ValueError, match="needs a hinge on fixed features.*SumCombiner"):
+        MultiViewClassifier(cp, inference="map", criterion="heldout").fit(X, y)
+
+
 def test_a_criterion_without_a_strategy_for_the_pieces_is_refused_before_fitting(small):
     X, y, _, _ = small
     builder = ModelBuilder(None, LandmarkFeatures(10), SumCombiner(), LogisticLikelihood())

@@ -275,8 +275,9 @@ class HingeLikelihood(Component):
 
     Parameters
     ----------
-    C : float, default 1.0
-        The pseudo-likelihood's constant (the fit's density).
+    C : float or None, default 1.0
+        The pseudo-likelihood's constant (the fit's density); None leaves it to a criterion,
+        ``MultiViewClassifier(criterion="heldout")``, which chooses it before the fit.
     link_constant : float or None, default None
         The constant c of the class probability that prediction reads,
         ``p(+1 | f) = ℓ_c(+1|f) / (ℓ_c(+1|f) + ℓ_c(-1|f))`` (Sollich 2002); None: ``C``, the
@@ -304,6 +305,10 @@ class HingeLikelihood(Component):
 
     def build(self, ctx: BuildContext, f: pt.TensorVariable) -> None:
         check_multiclass_rule(self)
+        if self.C is None:
+            raise ValueError("HingeLikelihood(C=None) leaves the hinge's constant to a "
+                             "criterion: fit with MultiViewClassifier(criterion='heldout'), "
+                             "or give C")
         if ctx.predicting:
             return
         y = pm.Data("y_tasks", ctx.targets, dims=("sample", "task"))

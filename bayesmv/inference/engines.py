@@ -270,17 +270,31 @@ def _starts(built: BuiltModel, settings: EngineSettings, n: int) -> list[dict]:
 
 
 # ------------------------------------------------------------------ engines
+def svm_map_condition(built: BuiltModel) -> str | None:
+    """Why the model is not a hinge on fixed features summed with a fixed Gaussian prior and a
+    flat bias (whose MAP is a soft-margin SVM), or None when it is."""
+    b = built.builder
+    if not isinstance(b.likelihood, HingeLikelihood):
+        return f"its likelihood is {type(b.likelihood).__name__}"
+    why = _fixed_features_sum(built)
+    if why is not None:
+        return why
+    if not b.combiner.flat_bias:
+        return "its bias is not flat"
+    if any(n.startswith("mu_missing_") for n in _free_names(built)):
+        return "missing feature blocks are random variables"
+    return None
+
+
 def _svm_map(built: BuiltModel, settings: EngineSettings) -> dict[str, np.ndarray] | None:
     """Registered fast MAP: a hinge on fixed features with a flat bias is a soft-margin SVM
     (``min ½||θ||² + (2C/v) Σ hinge``), solved exactly by libsvm."""
     from bayesmv.inference.svm import fit_svm_map
 
+    if svm_map_condition(built) is not None:
+        return None
     b = built.builder
     comb, lik = b.combiner, b.likelihood
-    if (not isinstance(lik, HingeLikelihood) or _fixed_features_sum(built) is not None
-            or not comb.flat_bias or any(n.startswith("mu_missing_")
-                                         for n in _free_names(built))):
-        return None
     Phi = fixed_design(built)
     v = float(comb.prior_precision)
     # with θ' = √v θ the objective ½v||θ||² + 2C Σ hinge(Φθ + b) is an SVM on Φ/√v, cost 2C

@@ -15,6 +15,10 @@ loo        the ϱ-tensor Gaussian process (exact per-view kernels, ϱ-tensor com
            calibrates those values becomes the likelihood's ``link_slope`` unless given
 evidence   the same process: its restricted marginal likelihood (REML: the bias integrated
            out), closed form with its analytic gradient
+heldout    a hinge on fixed features with a flat bias: the hinge's constant (when
+           ``C=None``) from :data:`~bayesmv.inference.svm.HINGE_COST_GRID` and the
+           probability's ``link_constant`` (unless given) by the held-out log-likelihood of
+           Platt's targets at the stratified out-of-fold SVM decision values
 ========== ============================================================================
 
 Free RBF widths are chosen as one common multiple of each view's reference width
@@ -25,6 +29,7 @@ random subset of them.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,15 +37,29 @@ from typing import Any
 import numpy as np
 from sklearn.base import clone
 
-from bayesmv.builder import BuiltModel, ModelBuilder
+from bayesmv.builder import ModelBuilder
 from bayesmv.components.base import Identity
 from bayesmv.components.kernels import ViewKernels
-from bayesmv.components.likelihoods import GaussianLikelihood, class_log_probabilities
+from bayesmv.components.likelihoods import (
+    GaussianLikelihood,
+    HingeLikelihood,
+    class_log_probabilities,
+)
 from bayesmv.components.tensor import RhoTensorCombiner
+from bayesmv.data import MultiViewData, check_complete_views
+from bayesmv.inference.engines import fixed_design, svm_map_condition
 from bayesmv.inference.evidence import LOG_LAM_RANGE, RhoTensorEvidence, RhoTensorLOO
+from bayesmv.inference.svm import (
+    HINGE_COST_GRID,
+    fit_link_constant,
+    out_of_fold_decision_values,
+)
 
 #: the criteria a composed estimator can choose hyper-parameters by
-CRITERIA = ("loo", "evidence")
+CRITERIA = ("loo", "evidence", "heldout")
+
+#: folds of the held-out criterion (fewer when a class has fewer rows)
+HELDOUT_FOLDS = 5
 
 #: training rows a criterion sees at most (a seeded random subset beyond)
 CRITERION_MAX_SAMPLES = 2000
@@ -124,12 +143,14 @@ def choose_process_hyperparameters(
     return loo.gammas, loo.alpha, loo.rho, info
 
 
-def _process_criterion(built: BuiltModel, criterion: str, y_index: np.ndarray,
-                       codes: np.ndarray, seed: int | None) -> Selection | None:
+def _process_criterion(builder: ModelBuilder, criterion: str, train: MultiViewData,
+                       targets: np.ndarray, y_index: np.ndarray, codes: np.ndarray,
+                       seed: int | None) -> Selection | None:
     """``loo`` / ``evidence`` for exact per-view kernels, the ϱ-tensor combiner and a
     Gaussian likelihood whose free noise has the log-uniform prior on the criteria's range."""
-    rep, fmap, comb, lik = built.builder.pieces
-    if not (isinstance(rep, Identity) and isinstance(fmap, ViewKernels)
+    rep, fmap, comb, lik = builder.pieces
+    if criterion not in ("loo", "evidence") or not (
+            isinstance(rep, Identity) and isinstance(fmap, ViewKernels)
             and isinstance(comb, RhoTensorCombiner) and isinstance(lik, GaussianLikelihood)):
         return None
     if lik.sigma is None and (lik.variance_range is None or not np.allclose(
@@ -138,16 +159,17 @@ def _process_criterion(built: BuiltModel, criterion: str, y_index: np.ndarray,
             f"criterion={criterion!r}: GaussianLikelihood's free noise is chosen on the "
             f"criteria's range; give variance_range={tuple(np.exp(LOG_LAM_RANGE))} "
             f"(got {lik.variance_range!r}) or a fixed sigma")
-    data = built.context.data
+    check_complete_views(train, needs=f"criterion={criterion!r} with ViewKernels")
+    data = train
     kinds, gammas = fmap.view_settings(data.n_views)
-    Y = built.context.targets
+    Y = targets
     alpha = None if lik.sigma is None else float(lik.sigma) ** 2
     rule = "add" if comb.decision_rule == "add" else "model"
     chosen, alpha, rho, info = choose_process_hyperparameters(
         data.views, kinds, gammas, Y, y_index, codes, eta=float(comb.eta), alpha=alpha,
         rho=comb.rho, criterion=criterion, rule=rule, max_samples=CRITERION_MAX_SAMPLES,
         seed=seed)
-    builder = clone(built.builder)
+    builder = clone(builder)
     builder.set_params(feature_map__gamma=[None if g is None else float(g) for g in chosen],
                        feature_map__kernel=list(kinds), feature_map__kernels=None,
                        feature_map__gammas=None, combiner__rho=float(rho),
@@ -164,9 +186,54 @@ def _process_criterion(built: BuiltModel, criterion: str, y_index: np.ndarray,
     return Selection(builder, info)
 
 
+def _hinge_heldout(builder: ModelBuilder, criterion: str, train: MultiViewData,
+                   targets: np.ndarray, y_index: np.ndarray, codes: np.ndarray,
+                   seed: int | None) -> Selection | None:
+    """``heldout`` for a hinge on fixed features summed with a fixed Gaussian prior and a
+    flat bias (the MAP is an SVM): the hinge's constant and the probability's constant."""
+    lik = builder.likelihood
+    if criterion != "heldout" or not isinstance(lik, HingeLikelihood):
+        return None
+    probe = clone(builder)
+    if lik.C is None:  # the features do not depend on the hinge's constant
+        probe.set_params(likelihood__C=1.0)
+    built = probe.build(train, targets)
+    why = svm_map_condition(built)
+    if why is not None:
+        raise ValueError(f"criterion='heldout' needs a hinge on fixed features with a flat "
+                         f"bias (an SVM), but {why}")
+    folds = min(HELDOUT_FOLDS, int(np.bincount(y_index).min()))
+    if folds < 2:
+        raise ValueError("criterion='heldout': a class has fewer than 2 training rows, so no "
+                         "stratified folds exist; give HingeLikelihood's C and link_constant")
+    N = len(targets)
+    Phi = fixed_design(built) / np.sqrt(float(builder.combiner.prior_precision))
+    # a total cost c is the per-row cost c/N of the SVM (HingeLikelihood C = c/(2N))
+    costs = HINGE_COST_GRID if lik.C is None else (2.0 * N * float(lik.C),)
+    start = time.perf_counter()
+    links, losses = [], []
+    for cost in costs:
+        f, _ = out_of_fold_decision_values(Phi, targets, y_index, cost, folds, seed)
+        link, loss = fit_link_constant(f, None, np.zeros((1, 1, 1)), targets=targets)
+        links.append(link)
+        losses.append(loss)
+    best = int(np.argmin(losses))
+    chosen = clone(builder)
+    chosen.set_params(likelihood__C=float(costs[best]) / (2.0 * N))
+    if lik.link_constant is None:
+        chosen.set_params(likelihood__link_constant=float(links[best]))
+    info = {"criterion": "heldout", "free": (["C"] if lik.C is None else []) + (
+                ["link_constant"] if lik.link_constant is None else []),
+            "total_costs": [float(c) for c in costs], "heldout_nll": losses,
+            "folds": folds, "seconds": time.perf_counter() - start, "n_samples": N,
+            "at_bounds": ["C"] if lik.C is None and best in (0, len(costs) - 1) else []}
+    return Selection(chosen, info)
+
+
 #: the registered criterion strategies, tried in order: each returns a :class:`Selection`
 #: for the pieces it serves, else None
-CRITERION_STRATEGIES: list[Callable[..., Selection | None]] = [_process_criterion]
+CRITERION_STRATEGIES: list[Callable[..., Selection | None]] = [_process_criterion,
+                                                               _hinge_heldout]
 
 
 def check_criterion(criterion: Any) -> None:
@@ -175,24 +242,26 @@ def check_criterion(criterion: Any) -> None:
         raise ValueError(f"criterion must be None or one of {CRITERIA}, got {criterion!r}")
 
 
-def select(built: BuiltModel, criterion: str, y_index: np.ndarray, codes: np.ndarray,
-           seed: int | None = None) -> Selection:
-    """The builder with its free hyper-parameters chosen by ``criterion`` on the built
-    model's training rows (``y_index`` their classes, ``codes`` the likelihood's code
-    matrix), by the first registered strategy that serves the pieces."""
+def select(builder: ModelBuilder, criterion: str, train: MultiViewData, targets: np.ndarray,
+           y_index: np.ndarray, codes: np.ndarray, seed: int | None = None) -> Selection:
+    """The builder with its free hyper-parameters chosen by ``criterion`` on the training
+    rows ``train`` (standardised as the fit sees them) with task ``targets``, their classes
+    ``y_index`` and the likelihood's code matrix ``codes``, by the first registered
+    strategy that serves the pieces."""
     check_criterion(criterion)
     for strategy in CRITERION_STRATEGIES:
-        chosen = strategy(built, criterion, y_index, codes, seed)
+        chosen = strategy(builder, criterion, train, targets, y_index, codes, seed)
         if chosen is not None:
             return chosen
-    names = " + ".join(type(p).__name__ for p in built.builder.pieces)
+    names = " + ".join(type(p).__name__ for p in builder.pieces)
     raise ValueError(
-        f"criterion={criterion!r} has no strategy for {names}: the criteria serve exact "
-        "per-view kernels (ViewKernels) + RhoTensorCombiner + GaussianLikelihood; leave "
+        f"criterion={criterion!r} has no strategy for {names}: 'loo' and 'evidence' serve "
+        "exact per-view kernels (ViewKernels) + RhoTensorCombiner + GaussianLikelihood, "
+        "'heldout' a HingeLikelihood on fixed features with a SumCombiner; leave "
         "criterion=None to fit the free hyper-parameters with the engine (e.g. "
         "inference='map' or 'nuts')")
 
 
-__all__ = ["CRITERIA", "CRITERION_MAX_SAMPLES", "CRITERION_STRATEGIES", "Selection",
-           "check_criterion", "choose_process_hyperparameters", "criterion_rows",
+__all__ = ["CRITERIA", "CRITERION_MAX_SAMPLES", "CRITERION_STRATEGIES", "HELDOUT_FOLDS",
+           "Selection", "check_criterion", "choose_process_hyperparameters", "criterion_rows",
            "reference_widths", "select"]

@@ -109,17 +109,19 @@ class MultiViewClassifier(BaseMultiViewClassifier):
         conditioning the process on the stored training rows at each posterior draw
         (:class:`~bayesmv.inference.predict.GaussianProcessPredictor`; a MAP fit's
         probabilities are plug-in).
-    criterion : {None, "loo", "evidence"}, default None
+    criterion : {None, "loo", "evidence", "heldout"}, default None
         How the pieces' free hyper-parameters (settings left None: a view's kernel width,
-        ϱ, the noise) are chosen.  None: they are variables of the graph, fitted by the
-        engine with the rest.  ``"loo"`` / ``"evidence"``: chosen first by that criterion
-        on the training rows (a strategy registered for the pieces,
-        :mod:`bayesmv.inference.selection`; the ϱ-tensor Gaussian process's exact
-        leave-one-out predictive or its restricted marginal likelihood), then fixed in
-        ``builder_`` for the engine.  ``"loo"`` also sets the Gaussian likelihood's
-        ``link_slope`` (when not given) to the slope that calibrates the leave-one-out
-        decision values it scored.  The choice is in ``idata_.posterior.attrs``
-        (``criterion_*``).
+        ϱ, the noise, a hinge's C) are chosen.  None: they are variables of the graph,
+        fitted by the engine with the rest.  Otherwise they are chosen first by that
+        criterion on the training rows, by a strategy registered for the pieces
+        (:mod:`bayesmv.inference.selection`), then fixed in ``builder_`` for the engine:
+        ``"loo"`` / ``"evidence"``, the ϱ-tensor Gaussian process's exact leave-one-out
+        predictive or its restricted marginal likelihood (``"loo"`` also sets the Gaussian
+        likelihood's ``link_slope``, when not given, to the slope that calibrates the
+        leave-one-out decision values it scored); ``"heldout"``, a hinge on fixed
+        features: its C (when None) and its ``link_constant`` (when not given) by the
+        stratified out-of-fold log-likelihood.  The choice is in
+        ``idata_.posterior.attrs`` (``criterion_*``).
     draws, tune, chains : int
         Posterior draws per chain, tuning iterations and chains (samplers); ``draws`` is also
         the number of draws of the exact and Laplace posteriors.
@@ -279,12 +281,12 @@ class MultiViewClassifier(BaseMultiViewClassifier):
         codes = task_codes(builder.likelihood, len(classes))
         targets = codes[y_index]
         start = time.perf_counter()
-        built = builder.build(train, targets)
         chosen = {}
         if self.criterion is not None:
-            choice = selection.select(built, self.criterion, y_index, codes, self.random_seed)
+            choice = selection.select(builder, self.criterion, train, targets, y_index, codes,
+                                      self.random_seed)
             builder, chosen = choice.builder, criterion_attrs(choice.info)
-            built = builder.build(train, targets)
+        built = builder.build(train, targets)
         inference = engines.resolve(built, self.inference)
         settings = engines.EngineSettings(
             draws=int(self.draws), tune=int(self.tune), chains=int(self.chains),

@@ -10,9 +10,6 @@ from typing import Any
 import arviz as az
 import numpy as np
 import xarray as xr
-from scipy import optimize
-from scipy.special import logsumexp
-from sklearn.model_selection import StratifiedKFold
 
 from bayesmv.builder import BuiltModel, ModelBuilder
 from bayesmv.components import HingeLikelihood, SumCombiner
@@ -25,26 +22,27 @@ from bayesmv.components.landmarks import (
 from bayesmv.components.likelihoods import (
     hinge_decision_value,
     hinge_log_pseudolikelihood,
-    log_hinge_probability,
     one_hot_probabilities,
 )
 from bayesmv.data import MultiViewData, ViewStandardizer, label_tasks
 from bayesmv.diagnostics.convergence import check_convergence, warn_if_not_converged
-from bayesmv.inference.svm import fit_svm_map, run_hinge_gibbs
+from bayesmv.inference.svm import (
+    HINGE_COST_GRID,
+    N_QUADRATURE,
+    fit_svm_map,
+    hinge_mixture_log_probabilities,
+    out_of_fold_decision_values,
+    run_hinge_gibbs,
+)
+from bayesmv.inference.svm import fit_link_constant as _fit_link_constant
 from bayesmv.models.base import BaseMultiViewClassifier, register
 from bayesmv.params import check_positive
 
 _POSITIVE_INT = ("draws", "chains")
-#: Gauss–Hermite nodes for E[p(y | f)] over f ~ N(m, s²) (unknown similarity blocks)
-_N_QUADRATURE = 24
 #: bound on draws × rows × tasks held at once at prediction time
 _PREDICT_CHUNK = 4_000_000
-#: search range of the calibrated hinge constant (Platt's smoothed targets keep the optimum
-#: finite even when every held-out decision value has the right sign)
-_LOG_LINK_BOUNDS = (np.log(1e-8), np.log(1e8))
-#: candidates of ``C="auto"``: the paper tuned C over 1e-3 … 1e4; below 10 the 1/N scaling
-#: regularises hard at any realistic N (see the C parameter)
-C_GRID = (10.0, 100.0, 1000.0, 10000.0)
+#: candidates of ``C="auto"`` (:data:`~bayesmv.inference.svm.HINGE_COST_GRID`)
+C_GRID = HINGE_COST_GRID
 
 
 @register
@@ -291,7 +289,9 @@ class MVLSVM(BaseMultiViewClassifier):
             A fitted landmark map whose landmarks the builder's piece takes (``indices``); by
             default the piece draws them at build time.
         C : float, optional
-            The hinge cost; by default ``C`` (needed when ``C="auto"``: the chosen value).
+            The hinge cost; by default ``C``.  With ``C="auto"`` (and no C here) the hinge's
+            constant is left None for the composed estimator's
+            ``MultiViewClassifier(criterion="heldout")`` to choose as ``fit`` does.
         link_constant : float, optional
             The probability's constant (a fitted model's ``link_constant_``); by default the
             pseudo-likelihood's own, ``C/(2N)``.
@@ -301,12 +301,11 @@ class MVLSVM(BaseMultiViewClassifier):
         else:
             piece = self._landmark_map(n_landmarks=feature_map.n_landmarks_,
                                        indices=feature_map.landmark_indices_)
-        if C is None:
-            if isinstance(self.C, str):
-                raise ValueError("C='auto' is chosen in fit: pass the hinge cost C")
+        if C is None and not isinstance(self.C, str):
             C = self.C
         return ModelBuilder(None, piece, SumCombiner(prior_precision=1.0, flat_bias=True),
-                            HingeLikelihood(C / (2.0 * n_samples), link_constant))
+                            HingeLikelihood(None if C is None else C / (2.0 * n_samples),
+                                            link_constant))
 
     def _prepare_training(self, X, y):
         self._validate_params()
@@ -439,16 +438,11 @@ class MVLSVM(BaseMultiViewClassifier):
         folds = min(int(self.calibration_cv), int(np.bincount(y_index).min()))
         if folds < 2:
             return None, "none (a class has fewer than 2 rows)"
-        N, T = targets.shape
-        f = np.empty((1, N, T))
-        sd = np.zeros((1, N, T)) if blocks else None
-        splitter = StratifiedKFold(folds, shuffle=True, random_state=self.random_seed)
-        for train, test in splitter.split(np.zeros(N), y_index):
-            theta, bias, _ = fit_svm_map(Phi[train], targets[train], C / train.size,
-                                         tol=self.tol)
-            f[0, test] = Phi[test] @ theta.T + bias
-            if blocks:
-                sd[0, test] = _block_sd(blocks, fmap.whitened(theta[None]), N)[0, test]
+        N = targets.shape[0]
+        spread = (None if not blocks else
+                  lambda theta, test: _block_sd(blocks, fmap.whitened(theta[None]), N)[0, test])
+        f, sd = out_of_fold_decision_values(Phi, targets, y_index, C, folds, self.random_seed,
+                                            tol=self.tol, spread=spread)
         return (f, sd, np.zeros((1, 1, 1))), f"{folds}-fold out-of-fold"
 
     def _leave_one_out(self, idata: az.InferenceData, targets: np.ndarray, C: float
@@ -562,11 +556,11 @@ class MVLSVM(BaseMultiViewClassifier):
         sd = _block_sd(blocks, self.feature_map_.whitened(beta), n)
         log_w = np.full((D, 1, 1), -np.log(D))
         log_pos, log_neg = np.empty((n, T)), np.empty((n, T))
-        step = max(1, _PREDICT_CHUNK // max(1, D * T * (_N_QUADRATURE if blocks else 1)))
+        step = max(1, _PREDICT_CHUNK // max(1, D * T * (N_QUADRATURE if blocks else 1)))
         for lo in range(0, n, step):
             rows = slice(lo, lo + step)
             f = np.einsum("np,dtp->dnt", Phi[rows], beta) + bias[:, None, :]
-            log_pos[rows], log_neg[rows] = _mixture_log_probabilities(
+            log_pos[rows], log_neg[rows] = hinge_mixture_log_probabilities(
                 f, None if sd is None else sd[:, rows], log_w, self.link_constant_)
         return log_pos, log_neg
 
@@ -636,50 +630,3 @@ def _block_sd(blocks: list[MissingBlocks], beta: np.ndarray, n: int) -> np.ndarr
     return sd
 
 
-def _mixture_log_probabilities(f: np.ndarray, sd: np.ndarray | None, log_w: np.ndarray,
-                               c: float) -> tuple[np.ndarray, np.ndarray]:
-    """``log p(y = ±1)`` of the hinge probability with constant c averaged over draws of f.
-
-    Parameters
-    ----------
-    f : ndarray (draws, n, tasks)
-        Decision values per draw.
-    sd : ndarray like f, or None
-        Standard deviation of a Gaussian spread of f per draw (unknown blocks), integrated by
-        Gauss–Hermite.
-    log_w : ndarray broadcasting against f
-        Log weights of the draws, summing to one over the first axis.
-
-    Returns
-    -------
-    log_pos, log_neg : ndarray (n, tasks)
-    """
-    if sd is None:
-        g, lw, axes = f, log_w, 0
-    else:
-        nodes, weights = np.polynomial.hermite.hermgauss(_N_QUADRATURE)
-        g = f[..., None] + np.sqrt(2.0) * sd[..., None] * nodes
-        lw, axes = log_w[..., None] + np.log(weights / np.sqrt(np.pi)), (0, 3)
-    return (logsumexp(log_hinge_probability(g, c) + lw, axis=axes),
-            logsumexp(log_hinge_probability(-g, c) + lw, axis=axes))
-
-
-def _fit_link_constant(f: np.ndarray, sd: np.ndarray | None, log_w: np.ndarray, *,
-                       targets: np.ndarray) -> tuple[float, float]:
-    """The hinge constant c that maximises the held-out log-likelihood of Platt's smoothed
-    targets, summed over the one-vs-rest tasks (arguments as
-    :func:`_mixture_log_probabilities`; ``targets`` ±1, (n, tasks)), and that maximum's
-    negative log-likelihood."""
-    positive = targets > 0
-    n_pos, n_neg = positive.sum(axis=0), (~positive).sum(axis=0)
-    # Platt (1999): targets pulled off 0 and 1 by one pseudo-count, so that separable
-    # held-out values do not send c to infinity
-    s = np.where(positive, (n_pos + 1.0) / (n_pos + 2.0), 1.0 / (n_neg + 2.0))
-
-    def loss(log_c: float) -> float:
-        log_pos, log_neg = _mixture_log_probabilities(f, sd, log_w, float(np.exp(log_c)))
-        return -float(np.sum(s * log_pos + (1.0 - s) * log_neg))
-
-    res = optimize.minimize_scalar(loss, bounds=_LOG_LINK_BOUNDS, method="bounded",
-                                   options={"xatol": 1e-6})
-    return float(np.exp(res.x)), float(res.fun)
