@@ -540,6 +540,12 @@ def test_a_hinge_left_free_needs_the_held_out_criterion(small):
                       HingeLikelihood(None))
     with pytest.raises(ValueError, match="needs a hinge on fixed features.*SumCombiner"):
         MultiViewClassifier(cp, inference="map", criterion="heldout").fit(X, y)
+    # both constants given: nothing to choose, the builder fitted as given
+    given = builder.set_params(likelihood__C=0.5, likelihood__link_constant=0.3)
+    fitted = MultiViewClassifier(given, inference="map", criterion="heldout",
+                                 random_seed=0).fit(X, y)
+    assert fitted.builder_.likelihood.get_params() == given.likelihood.get_params()
+    assert fitted.idata_.posterior.attrs["criterion_free"] == ""
 
 
 def test_a_criterion_without_a_strategy_for_the_pieces_is_refused_before_fitting(small):

@@ -160,13 +160,11 @@ def _process_criterion(builder: ModelBuilder, criterion: str, train: MultiViewDa
             f"criteria's range; give variance_range={tuple(np.exp(LOG_LAM_RANGE))} "
             f"(got {lik.variance_range!r}) or a fixed sigma")
     check_complete_views(train, needs=f"criterion={criterion!r} with ViewKernels")
-    data = train
-    kinds, gammas = fmap.view_settings(data.n_views)
-    Y = targets
+    kinds, gammas = fmap.view_settings(train.n_views)
     alpha = None if lik.sigma is None else float(lik.sigma) ** 2
     rule = "add" if comb.decision_rule == "add" else "model"
     chosen, alpha, rho, info = choose_process_hyperparameters(
-        data.views, kinds, gammas, Y, y_index, codes, eta=float(comb.eta), alpha=alpha,
+        train.views, kinds, gammas, targets, y_index, codes, eta=float(comb.eta), alpha=alpha,
         rho=comb.rho, criterion=criterion, rule=rule, max_samples=CRITERION_MAX_SAMPLES,
         seed=seed)
     builder = clone(builder)
@@ -176,10 +174,10 @@ def _process_criterion(builder: ModelBuilder, criterion: str, train: MultiViewDa
                        likelihood__sigma=float(np.sqrt(alpha)))
     if criterion == "loo" and lik.link_slope is None and info["criterion"] is not None:
         slope = info["slope"]
-        if info["n_samples"] < len(Y):  # chosen on a subset: the slope from every row
-            loo = RhoTensorLOO(data.views, kinds, Y, y_index, len(codes),
+        if info["n_samples"] < len(targets):  # chosen on a subset: the slope from every row
+            loo = RhoTensorLOO(train.views, kinds, targets, y_index, len(codes),
                                lambda F, t: class_log_probabilities(F, None, t, codes),
-                               float(comb.eta), chosen, reference_widths(data.views), alpha,
+                               float(comb.eta), chosen, reference_widths(train.views), alpha,
                                rho, rule)
             slope = loo.evaluate(None, alpha, rho)["slope"]
         builder.set_params(likelihood__link_slope=float(slope))
@@ -194,6 +192,8 @@ def _hinge_heldout(builder: ModelBuilder, criterion: str, train: MultiViewData,
     lik = builder.likelihood
     if criterion != "heldout" or not isinstance(lik, HingeLikelihood):
         return None
+    if lik.C is not None and lik.link_constant is not None:  # nothing left to choose
+        return Selection(clone(builder), {"criterion": None, "free": []})
     probe = clone(builder)
     if lik.C is None:  # the features do not depend on the hinge's constant
         probe.set_params(likelihood__C=1.0)

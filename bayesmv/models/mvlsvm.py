@@ -29,12 +29,12 @@ from bayesmv.diagnostics.convergence import check_convergence, warn_if_not_conve
 from bayesmv.inference.svm import (
     HINGE_COST_GRID,
     N_QUADRATURE,
+    fit_link_constant,
     fit_svm_map,
     hinge_mixture_log_probabilities,
     out_of_fold_decision_values,
     run_hinge_gibbs,
 )
-from bayesmv.inference.svm import fit_link_constant as _fit_link_constant
 from bayesmv.models.base import BaseMultiViewClassifier, register
 from bayesmv.params import check_positive
 
@@ -384,7 +384,7 @@ class MVLSVM(BaseMultiViewClassifier):
         if self.calibration_cv is not None and (self.inference == "gibbs" or selection is None):
             held_out, how = (self._leave_one_out(idata, targets, C) if self.inference == "gibbs"
                              else self._out_of_fold(fmap, Phi, blocks, targets, y_index, C))
-            link = None if held_out is None else _fit_link_constant(*held_out,
+            link = None if held_out is None else fit_link_constant(*held_out,
                                                                     targets=targets)[0]
         if link is None:  # uncalibrated, or a class with fewer than 2 rows
             link = C / (2.0 * N)
@@ -424,7 +424,7 @@ class MVLSVM(BaseMultiViewClassifier):
             held_out, how = self._out_of_fold(fmap, Phi, blocks, targets, y_index, C)
             if held_out is None:
                 return 100.0, None, how, np.full(len(C_GRID), np.nan)
-            link, loss = _fit_link_constant(*held_out, targets=targets)
+            link, loss = fit_link_constant(*held_out, targets=targets)
             links.append(link)
             losses.append(loss)
         best = int(np.argmin(losses))
