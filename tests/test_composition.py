@@ -514,8 +514,9 @@ def test_mvlsvm_defaults_are_the_composed_estimator_choosing_by_held_out_loss(sm
     constant alone, as MVL-SVM's ``calibration_cv`` does."""
     X, y, Xt, _ = small
     X3, y3, Xt3 = three_classes
+    # 12 landmarks of 40 rows: the composed estimator must draw MVL-SVM's own landmarks
     for (Xa, ya, Xb), settings in (((X, y, Xt), {}), ((X, y, Xt), {"C": 10.0}),
-                                   ((X3, y3, Xt3), {})):
+                                   ((X, y, Xt), {"n_landmarks": 12}), ((X3, y3, Xt3), {})):
         svm = MVLSVM(random_seed=0, **settings).fit(Xa, ya)
         composed = MultiViewClassifier(MVLSVM(random_seed=0, **settings).make_builder(len(ya)),
                                        inference="map", criterion="heldout",

@@ -665,11 +665,9 @@ def test_max_draws_keeps_evenly_spaced_draws_of_every_chain(mcmc_fitted, tmp_pat
     bias = est.idata_.posterior["bias"].values[:, kept, 0].reshape(-1)
     f = Phi @ beta.T + bias                       # (rows, kept draws)
     c = 2.0 * est.link_constant_
-
-    def lik(sign):
-        return np.exp(-c * np.maximum(0.0, 1.0 - sign * f))
-
-    p = (lik(1.0) / (lik(1.0) + lik(-1.0))).mean(axis=1)
+    # ℓ(+1)/(ℓ(+1) + ℓ(-1)) as the sigmoid of the log-odds: both ℓ underflow for a large c
+    log_odds = -c * (np.maximum(0.0, 1.0 - f) - np.maximum(0.0, 1.0 + f))
+    p = (1.0 / (1.0 + np.exp(-log_odds))).mean(axis=1)
     np.testing.assert_allclose(loaded.predict_proba(Xt)[:, 1], p, rtol=1e-12)
     # one draw: the last (the chain's most converged); as many as there are: no thinning
     one = az.from_netcdf(str(est.save(tmp_path / "one.nc", max_draws=1)))

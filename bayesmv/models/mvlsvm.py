@@ -271,10 +271,13 @@ class MVLSVM(BaseMultiViewClassifier):
         return LandmarkFeatures(L, self.gamma, self.impute, random_seed=random_seed,
                                 indices=indices, whiten=bool(self.whiten))
 
-
-    def _seeds(self) -> tuple[np.random.Generator, int]:
+    def _seeds(self) -> tuple[int, int]:
+        """Integer seeds of the landmark draw and of the sampler.  Integers, not generators,
+        so that the builder's landmark piece (``make_builder``) draws the landmarks ``fit``
+        draws in any estimator that fits it (a generator would be advanced, or replaced by
+        an integer drawn from it, on the way)."""
         landmarks, sampler = np.random.SeedSequence(self.random_seed).spawn(2)
-        return np.random.default_rng(landmarks), int(sampler.generate_state(1)[0])
+        return int(landmarks.generate_state(1)[0]), int(sampler.generate_state(1)[0])
 
     def make_builder(self, n_samples: int, feature_map: LandmarkMap | None = None,
                      C: float | None = None, link_constant: float | None = None
