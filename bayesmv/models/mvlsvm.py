@@ -388,7 +388,7 @@ class MVLSVM(BaseMultiViewClassifier):
             held_out, how = (self._leave_one_out(idata, targets, C) if self.inference == "gibbs"
                              else self._out_of_fold(fmap, Phi, blocks, targets, y_index, C))
             link = None if held_out is None else fit_link_constant(*held_out,
-                                                                    targets=targets)[0]
+                                                                   targets=targets)[0]
         if link is None:  # uncalibrated, or a class with fewer than 2 rows
             link = C / (2.0 * N)
         idata.posterior.attrs["inference"] = self.inference  # "map" or "gibbs"
