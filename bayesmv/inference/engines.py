@@ -358,27 +358,26 @@ def _process_evidence_map(built: BuiltModel, settings: EngineSettings
     ``settings.n_init`` starts (the evidence has several modes), then the bias at its
     generalised least-squares value.  (ϱTMV-RKM's ``criterion="evidence"``
     integrates the bias out instead: REML.)"""
-    from bayesmv.components.kernels import GAMMA_RANGE, ViewKernels
-    from bayesmv.components.tensor import RhoTensorCombiner
-    from bayesmv.inference.evidence import LOG_LAM_RANGE, RhoTensorEvidence
+    from bayesmv.components.kernels import GAMMA_RANGE
+    from bayesmv.inference.evidence import (
+        RhoTensorEvidence,
+        is_rho_tensor_process,
+        noise_prior_on_search_range,
+    )
 
-    rep, fmap, comb, lik = built.builder.pieces
-    if not (isinstance(rep, Identity) and isinstance(fmap, ViewKernels)
-            and isinstance(comb, RhoTensorCombiner) and isinstance(lik, GaussianLikelihood)):
+    if not is_rho_tensor_process(built.builder):
         return None
+    _, fmap, comb, lik = built.builder.pieces
     data = built.context.data
     kinds, gammas = fmap.view_settings(data.n_views)
     free_gamma = {f"log_gamma_{v}" for v, (k, g) in enumerate(zip(kinds, gammas, strict=True))
                   if k == "rbf" and g is None}
     free_noise = lik.sigma is None
-    ranges = None if lik.variance_range is None else tuple(np.log(lik.variance_range))
     expected = ({"b"} | free_gamma | ({"rho"} if comb.rho is None else set())
                 | ({"log_noise_variance"} if free_noise else set()))
-    # the search's ranges must be the priors' supports (a noise prior other than the
-    # log-uniform one, or another range, is not this objective)
+    # the search's ranges must be the priors' supports
     if (_free_names(built) != expected or len(expected) == 1
-            or (free_noise and (ranges is None or not np.allclose(ranges, LOG_LAM_RANGE,
-                                                                  rtol=1e-12, atol=0.0)))):
+            or not noise_prior_on_search_range(lik)):
         return None
     evidence = RhoTensorEvidence(
         data.views, kinds, built.context.targets, float(comb.eta), gammas,
@@ -387,7 +386,8 @@ def _process_evidence_map(built: BuiltModel, settings: EngineSettings
     # the evidence's coordinates (log γ_v, log λ, logit ϱ) and the graph's interval values
     intervals = [(f"log_gamma_{v}", np.log(np.asarray(GAMMA_RANGE) / data.views[v].shape[1]))
                  for v in evidence.free_gamma]
-    intervals += [("log_noise_variance", np.asarray(ranges))] if free_noise else []
+    intervals += ([("log_noise_variance", np.log(np.asarray(lik.variance_range)))]
+                  if free_noise else [])
     intervals += [("rho", None)] if comb.rho is None else []
 
     def to_z(start: dict) -> np.ndarray:  # the MAP engine's own dispersed starts

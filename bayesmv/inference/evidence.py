@@ -53,8 +53,15 @@ import numpy as np
 from scipy import linalg, optimize
 from scipy.special import expit, logit
 
-from bayesmv.components.kernels import GAMMA_RANGE, rbf_gram, squared_distances
-from bayesmv.components.tensor import combine_kernels, mix_sum_and_product, tau_of
+from bayesmv.components.base import Identity
+from bayesmv.components.kernels import GAMMA_RANGE, ViewKernels, rbf_gram, squared_distances
+from bayesmv.components.likelihoods import GaussianLikelihood
+from bayesmv.components.tensor import (
+    RhoTensorCombiner,
+    combine_kernels,
+    mix_sum_and_product,
+    tau_of,
+)
 from bayesmv.inference.conjugate import (
     KernelPosterior,
     NumericalWarning,
@@ -66,6 +73,25 @@ LOG_LAM_RANGE = (np.log(1e-8), np.log(1e3))
 LOGIT_RHO_RANGE = (-10.0, 10.0)
 #: search range of the calibration slope (:func:`fit_slope`)
 LOG_SLOPE_RANGE = (np.log(1e-4), np.log(1e4))
+
+
+def is_rho_tensor_process(builder) -> bool:
+    """Whether a builder's pieces are the ϱ-tensor Gaussian process this module's criteria
+    evaluate: the views as given, exact per-view kernels, the ϱ-tensor combiner and a
+    Gaussian likelihood."""
+    rep, fmap, comb, lik = builder.pieces
+    return (isinstance(rep, Identity) and isinstance(fmap, ViewKernels)
+            and isinstance(comb, RhoTensorCombiner) and isinstance(lik, GaussianLikelihood))
+
+
+def noise_prior_on_search_range(likelihood: GaussianLikelihood) -> bool:
+    """Whether the likelihood's noise is fixed or has the log-uniform prior on exactly
+    :data:`LOG_LAM_RANGE`, the range the criteria search (another prior is another
+    objective)."""
+    if likelihood.sigma is not None:
+        return True
+    return likelihood.variance_range is not None and bool(np.allclose(
+        np.log(likelihood.variance_range), LOG_LAM_RANGE, rtol=1e-12, atol=0.0))
 
 
 @dataclass

@@ -38,17 +38,19 @@ import numpy as np
 from sklearn.base import clone
 
 from bayesmv.builder import ModelBuilder
-from bayesmv.components.base import Identity
-from bayesmv.components.kernels import ViewKernels
 from bayesmv.components.likelihoods import (
-    GaussianLikelihood,
     HingeLikelihood,
     class_log_probabilities,
 )
-from bayesmv.components.tensor import RhoTensorCombiner
 from bayesmv.data import MultiViewData, check_complete_views
 from bayesmv.inference.engines import fixed_design, svm_map_condition
-from bayesmv.inference.evidence import LOG_LAM_RANGE, RhoTensorEvidence, RhoTensorLOO
+from bayesmv.inference.evidence import (
+    LOG_LAM_RANGE,
+    RhoTensorEvidence,
+    RhoTensorLOO,
+    is_rho_tensor_process,
+    noise_prior_on_search_range,
+)
 from bayesmv.inference.svm import (
     HINGE_COST_GRID,
     fit_link_constant,
@@ -148,13 +150,10 @@ def _process_criterion(builder: ModelBuilder, criterion: str, train: MultiViewDa
                        seed: int | None) -> Selection | None:
     """``loo`` / ``evidence`` for exact per-view kernels, the ϱ-tensor combiner and a
     Gaussian likelihood whose free noise has the log-uniform prior on the criteria's range."""
-    rep, fmap, comb, lik = builder.pieces
-    if criterion not in ("loo", "evidence") or not (
-            isinstance(rep, Identity) and isinstance(fmap, ViewKernels)
-            and isinstance(comb, RhoTensorCombiner) and isinstance(lik, GaussianLikelihood)):
+    if criterion not in ("loo", "evidence") or not is_rho_tensor_process(builder):
         return None
-    if lik.sigma is None and (lik.variance_range is None or not np.allclose(
-            np.log(lik.variance_range), LOG_LAM_RANGE, rtol=1e-12, atol=0.0)):
+    _, fmap, comb, lik = builder.pieces
+    if not noise_prior_on_search_range(lik):
         raise ValueError(
             f"criterion={criterion!r}: GaussianLikelihood's free noise is chosen on the "
             f"criteria's range; give variance_range={tuple(np.exp(LOG_LAM_RANGE))} "

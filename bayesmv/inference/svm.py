@@ -128,7 +128,7 @@ def out_of_fold_decision_values(
 
 
 def hinge_mixture_log_probabilities(f: np.ndarray, sd: np.ndarray | None, log_w: np.ndarray,
-                               c: float) -> tuple[np.ndarray, np.ndarray]:
+                                    c: float) -> tuple[np.ndarray, np.ndarray]:
     """``log p(y = ±1)`` of the hinge probability with constant c averaged over draws of f.
 
     Parameters
@@ -156,7 +156,7 @@ def hinge_mixture_log_probabilities(f: np.ndarray, sd: np.ndarray | None, log_w:
 
 
 def fit_link_constant(f: np.ndarray, sd: np.ndarray | None, log_w: np.ndarray, *,
-                       targets: np.ndarray) -> tuple[float, float]:
+                      targets: np.ndarray) -> tuple[float, float]:
     """The hinge constant c that maximises the held-out log-likelihood of Platt's smoothed
     targets, summed over the one-vs-rest tasks (arguments as
     :func:`hinge_mixture_log_probabilities`; ``targets`` ±1, (n, tasks)), and that maximum's
