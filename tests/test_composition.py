@@ -549,6 +549,62 @@ def test_a_hinge_left_free_needs_the_held_out_criterion(small):
     assert fitted.idata_.posterior.attrs["criterion_free"] == ""
 
 
+@pytest.mark.parametrize("settings", [{}, {"objective": "bayes"},
+                                      {"learn_A": "sparse", "learn_w": True}])
+@pytest.mark.python_ops  # evaluates graphs a few times: gcc would be most of it
+def test_mvml_defaults_are_the_composed_estimator_choosing_by_its_criterion(
+        settings, small, three_classes):
+    """MVML's whole default fit (the metric and view weights by its objective, then the
+    probabilities' slope by the exact leave-one-out predictive given them) is the composed
+    estimator on MVML's builder, nothing fixed, with ``criterion="loo"`` and MVML's stopping
+    rule: the same metric, weights, slope and probabilities (1e-8), two and three classes.
+    Before the criterion served the block metric, this builder was refused."""
+    X, y, Xt, _ = small
+    X3, y3, Xt3 = three_classes
+    for Xa, ya, Xb in ((X, y, Xt), (X3, y3, Xt3)):
+        mvml = MVML(random_seed=0, **settings).fit(Xa, ya)
+        composed = MultiViewClassifier(mvml.make_builder(), inference="exact", criterion="loo",
+                                       random_seed=0, max_iter=mvml.max_iter,
+                                       tol=mvml.tol).fit(Xa, ya)
+        comb = composed.builder_.combiner
+        np.testing.assert_allclose(comb.metric, mvml.A_, atol=1e-10)
+        if settings.get("learn_w"):
+            np.testing.assert_allclose(comb.view_weights, mvml.w_, atol=1e-10)
+            assert not comb.learn_w
+        slope = composed.builder_.likelihood.link_slope
+        assert slope == pytest.approx(mvml.slope_, rel=1e-8) and slope > 4.0
+        np.testing.assert_allclose(composed.predict_proba(Xb), mvml.predict_proba(Xb),
+                                   atol=1e-8)
+        attrs = composed.idata_.posterior.attrs
+        assert attrs["criterion"] == "loo" and attrs["criterion_slope"] == slope
+        assert attrs["criterion_free"] == ",".join(
+            ["metric"] + (["view_weights"] if settings.get("learn_w") else []) + ["link_slope"])
+
+
+def test_the_block_metric_criterion_keeps_what_is_given_and_refuses_a_free_noise(small):
+    X, y, Xt, _ = small
+    mvml = MVML(learn_A="identity", random_seed=0).fit(X, y)
+    # a fixed metric and a given slope: nothing to choose, the builder is used as it is
+    given = mvml.make_builder(link_slope=3.0)
+    fitted = MultiViewClassifier(given, inference="exact", criterion="loo",
+                                 random_seed=0).fit(X, y)
+    assert fitted.builder_.likelihood.link_slope == 3.0 and fitted.builder_.combiner.metric is None
+    assert fitted.idata_.posterior.attrs["criterion_free"] == ""
+    # the slope alone: MVML_I's
+    slope_only = MultiViewClassifier(mvml.make_builder(), inference="exact", criterion="loo",
+                                     random_seed=0).fit(X, y)
+    assert slope_only.builder_.likelihood.link_slope == pytest.approx(mvml.slope_, rel=1e-8)
+    np.testing.assert_allclose(slope_only.predict_proba(Xt), mvml.predict_proba(Xt), atol=1e-8)
+    free = MVML(random_seed=0).make_builder().set_params(likelihood__sigma=None)
+    with pytest.raises(ValueError, match="BlockMetricCombiner learns the metric at a fixed "
+                                         "noise: give GaussianLikelihood a sigma"):
+        MultiViewClassifier(free, criterion="loo").fit(X, y)
+    bayes = MVML(objective="bayes", random_seed=0).make_builder().set_params(
+        likelihood__sigma=2.0)
+    with pytest.raises(ValueError, match="objective='bayes' is solved at the noise variance"):
+        MultiViewClassifier(bayes, criterion="loo").fit(X, y)
+
+
 def test_a_criterion_without_a_strategy_for_the_pieces_is_refused_before_fitting(small):
     X, y, _, _ = small
     builder = ModelBuilder(None, LandmarkFeatures(10), SumCombiner(), LogisticLikelihood())

@@ -26,10 +26,12 @@ from bayesmv.inference.metric import (
     MetricProblem,
     block_group_norm,
     cholesky_rank_one_update,
+    fit_block_metrics,
     fit_metric,
     initial_metric,
+    loo_predictive,
+    task_predictive,
 )
-from bayesmv.models.mvml import loo_predictive, task_predictive
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -495,21 +497,29 @@ def test_learned_view_weights_stay_on_the_simplex_and_lower_the_objective():
 # ------------------------------------------------------------------- calibration
 def test_loo_predictive_matches_refitting_without_the_row():
     """The closed-form leave-one-out predictive (given the fitted A and w) against the Gaussian
-    posterior refitted without the row, in the dual form (no inverse of A)."""
+    posterior refitted without the row, in the dual form (no inverse of A): MVML's own fits
+    (noise variance ½) and the graph's at another noise variance."""
     X, y, _, _ = _digits(40)
-    for learn_A in ("full", "identity"):
+    for learn_A, noise in (("full", 0.5), ("identity", 0.5), ("full", 2.0)):
         clf = MVML(nystrom=0.5, random_seed=0, learn_A=learn_A, max_iter=5).fit(X, y)
         U = clf._state.transform(clf.standardizer_.transform(check_views(X)))
+        sizes = clf._state.block_sizes
         t = np.where(y == clf.classes_[1], 1.0, -1.0)
-        Z = U * np.repeat(clf.w_[0], clf._state.block_sizes)
-        A, lmbda = clf.A_[0], clf.alpha
-        mean, var = task_predictive(U, clf._state.block_sizes, clf.w_[0], clf.g_[0],
-                                    clf._cov_factors[0])
-        f_loo, var_loo = loo_predictive(t, mean, var)
+        fit = fit_block_metrics(MetricProblem(U, sizes), t[:, None], alpha=clf.alpha,
+                                metric_penalty=clf.metric_penalty, learn_A=learn_A,
+                                learn_w=False, objective="paper", noise_variance=noise,
+                                max_iter=5, tol=clf.tol)[0]
+        if noise == 0.5:  # MVML's fit is this one
+            np.testing.assert_allclose(fit.g, clf.g_[0], atol=1e-10)
+        Z = U * np.repeat(fit.w, sizes)
+        A, lmbda = fit.A, clf.alpha
+        mean, var = task_predictive(U, sizes, fit.w, fit.g, fit.cov_factor, noise)
+        f_loo, var_loo = loo_predictive(t, mean, var, noise)
         for i in range(len(y)):
             keep = np.arange(len(y)) != i
             Zk, z = Z[keep], Z[i]
-            M = Zk @ A @ Zk.T + lmbda * np.eye(len(Zk))  # (prior + noise covariance)·2λ
+            # (prior + noise covariance)·2λ
+            M = Zk @ A @ Zk.T + 2 * lmbda * noise * np.eye(len(Zk))
             k = Zk @ A @ z
             assert f_loo[i] == pytest.approx(k @ np.linalg.solve(M, t[keep]), rel=1e-7,
                                              abs=1e-9)
@@ -541,8 +551,8 @@ def test_temperature_calibration_improves_held_out_log_loss():
     Y = cal.idata_.observed_data["y_tasks"].values
     U = cal._state.transform(cal.standardizer_.transform(check_views(X)))
     pred = [task_predictive(U, cal._state.block_sizes, cal.w_[k], cal.g_[k],
-                            cal._cov_factors[k]) for k in range(len(cal.classes_))]
-    loo = [loo_predictive(Y[:, k], *pred[k]) for k in range(len(cal.classes_))]
+                            cal._cov_factors[k], 0.5) for k in range(len(cal.classes_))]
+    loo = [loo_predictive(Y[:, k], *pred[k], 0.5) for k in range(len(cal.classes_))]
     F, V = np.stack([f for f, _ in loo], axis=1), np.stack([v for _, v in loo], axis=1)
     targets = platt_targets(np.searchsorted(cal.classes_, y), len(cal.classes_))
 

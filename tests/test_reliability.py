@@ -223,7 +223,7 @@ def no_heavy_work(monkeypatch):
     monkeypatch.setattr(m3lak.engines, "fit_sampler", forbidden)
     monkeypatch.setattr(RhoTMVRKM, "_choose_hyperparameters", forbidden)
     monkeypatch.setattr(RhoTMVRKM, "_fit_exact", forbidden)
-    monkeypatch.setattr(mvml, "fit_metric", forbidden)
+    monkeypatch.setattr(mvml, "fit_block_metrics", forbidden)
     monkeypatch.setattr(MVM, "_run_inference", forbidden)
     monkeypatch.setattr(mvlsvm, "fit_svm_map", forbidden)
     monkeypatch.setattr(mvlsvm, "run_hinge_gibbs", forbidden)
@@ -305,7 +305,7 @@ FAULTS = [
     ("M3LAK", "bayesmv.models.m3lak", "check_convergence", 1),
     ("RhoTMVRKM", "bayesmv.models.rhotmvrkm.KernelPosterior", "draws", 1),
     ("RhoTMVRKM", "bayesmv.models.rhotmvrkm.RhoTMVRKM", "_make_idata", 1),
-    ("MVML", "bayesmv.models.mvml", "fit_metric", 1),
+    ("MVML", "bayesmv.models.mvml", "fit_block_metrics", 1),
     ("MVML", "bayesmv.models.mvml.MVML", "_make_idata", 1),
     ("MVM", "bayesmv.inference.optimize.FlatLogp", "__call__", 5),
     ("MVM", "bayesmv.models.mvm.MVM", "_factors_from_idata", 1),

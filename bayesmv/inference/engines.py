@@ -311,7 +311,7 @@ def _metric_map(built: BuiltModel, settings: EngineSettings) -> dict[str, np.nda
     on the objective multiplied by 2σ² (λ and η scaled by it).  Not the sparse metric: its
     proximal steps reach singular metrics, where the graph's Cholesky parameterisation has
     no finite density."""
-    from bayesmv.inference.metric import fit_metric
+    from bayesmv.inference.metric import fit_block_metrics
 
     b = built.builder
     comb, lik = b.combiner, b.likelihood
@@ -320,14 +320,12 @@ def _metric_map(built: BuiltModel, settings: EngineSettings) -> dict[str, np.nda
             or comb.learn_w or not isinstance(lik, GaussianLikelihood) or lik.sigma is None
             or _free_names(built) != {"A_chol", "g"}):
         return None
-    scale = 2.0 * float(lik.sigma) ** 2
-    problem = comb.problem(built.context)
-    with threadpool_limits(limits=1, user_api="blas"):  # many small BLAS calls
-        fits = [fit_metric(problem, y, lmbda=scale * float(comb._param("alpha")),
-                           eta=scale * float(comb._param("metric_penalty")),
-                           learn_A="full", objective="paper",
-                           max_iter=settings.max_iter, tol=settings.tol)
-                for y in built.context.targets.T]
+    fits = fit_block_metrics(comb.problem(built.context), built.context.targets,
+                             alpha=float(comb._param("alpha")),
+                             metric_penalty=float(comb._param("metric_penalty")),
+                             learn_A="full", learn_w=False, objective="paper",
+                             noise_variance=float(lik.sigma) ** 2,
+                             max_iter=settings.max_iter, tol=settings.tol)
     return {"A_chol": np.stack([comb.pack_factor(fit.A) for fit in fits]),
             "g": np.stack([fit.g for fit in fits])}
 

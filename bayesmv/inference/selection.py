@@ -12,7 +12,10 @@ loo        the ϱ-tensor Gaussian process (exact per-view kernels, ϱ-tensor com
            Gaussian likelihood): the cross-entropy of the calibrated classifier on the
            exact leave-one-out decision values (Sundararajan & Keerthi 2001), one
            Cholesky factor per evaluation, plus weak hyper-priors; the slope that
-           calibrates those values becomes the likelihood's ``link_slope`` unless given
+           calibrates those values becomes the likelihood's ``link_slope`` unless given;
+           also the block-metric combiner with a Gaussian likelihood of fixed noise: the
+           metric (and view weights) learned by the combiner's own objective and fixed, the
+           ``link_slope`` from the exact leave-one-out predictive given them
 evidence   the same process: its restricted marginal likelihood (REML: the bias integrated
            out), closed form with its analytic gradient
 heldout    a hinge on fixed features with a flat bias: the hinge's constant (when
@@ -39,18 +42,22 @@ from sklearn.base import clone
 
 from bayesmv.builder import ModelBuilder
 from bayesmv.components.likelihoods import (
+    GaussianLikelihood,
     HingeLikelihood,
     class_log_probabilities,
 )
+from bayesmv.components.metric import BlockMetricCombiner
 from bayesmv.data import MultiViewData, check_complete_views
-from bayesmv.inference.engines import fixed_design, svm_map_condition
+from bayesmv.inference.engines import EngineSettings, fixed_design, svm_map_condition
 from bayesmv.inference.evidence import (
     LOG_LAM_RANGE,
+    LOG_SLOPE_RANGE,
     RhoTensorEvidence,
     RhoTensorLOO,
     is_rho_tensor_process,
     noise_prior_on_search_range,
 )
+from bayesmv.inference.metric import fit_block_metrics, loo_calibration_slope
 from bayesmv.inference.svm import (
     HINGE_COST_GRID,
     fit_link_constant,
@@ -147,7 +154,7 @@ def choose_process_hyperparameters(
 
 def _process_criterion(builder: ModelBuilder, criterion: str, train: MultiViewData,
                        targets: np.ndarray, y_index: np.ndarray, codes: np.ndarray,
-                       seed: int | None) -> Selection | None:
+                       seed: int | None, settings: EngineSettings) -> Selection | None:
     """``loo`` / ``evidence`` for exact per-view kernels, the ϱ-tensor combiner and a
     Gaussian likelihood whose free noise has the log-uniform prior on the criteria's range."""
     if criterion not in ("loo", "evidence") or not is_rho_tensor_process(builder):
@@ -185,7 +192,7 @@ def _process_criterion(builder: ModelBuilder, criterion: str, train: MultiViewDa
 
 def _hinge_heldout(builder: ModelBuilder, criterion: str, train: MultiViewData,
                    targets: np.ndarray, y_index: np.ndarray, codes: np.ndarray,
-                   seed: int | None) -> Selection | None:
+                   seed: int | None, settings: EngineSettings) -> Selection | None:
     """``heldout`` for a hinge on fixed features summed with a fixed Gaussian prior and a
     flat bias (the MAP is an SVM): the hinge's constant and the probability's constant."""
     lik = builder.likelihood
@@ -229,10 +236,72 @@ def _hinge_heldout(builder: ModelBuilder, criterion: str, train: MultiViewData,
     return Selection(chosen, info)
 
 
+def _block_metric_loo(builder: ModelBuilder, criterion: str, train: MultiViewData,
+                      targets: np.ndarray, y_index: np.ndarray, codes: np.ndarray,
+                      seed: int | None, settings: EngineSettings) -> Selection | None:
+    """``loo`` for the block-metric combiner with a Gaussian likelihood of fixed noise: the
+    metric and the view weights, when learned, by the combiner's own objective (its solver,
+    stopped by ``settings.max_iter`` and ``settings.tol``), fixed, so the engine's posterior
+    of g is the exact Gaussian given them; and the likelihood's ``link_slope``, when not
+    given, by the cross-entropy of the exact leave-one-out predictive (no refits)."""
+    comb, lik = builder.combiner, builder.likelihood
+    if (criterion != "loo" or not isinstance(comb, BlockMetricCombiner)
+            or not isinstance(lik, GaussianLikelihood)):
+        return None
+    if lik.sigma is None:
+        raise ValueError("criterion='loo' with BlockMetricCombiner learns the metric at a "
+                         "fixed noise: give GaussianLikelihood a sigma (the published "
+                         "objective's is sqrt(0.5))")
+    learns_metric = comb.learn_A in ("full", "sparse") and comb.metric is None
+    free = (["metric"] if learns_metric else []) + (["view_weights"] if comb.learn_w else []) + (
+        ["link_slope"] if lik.link_slope is None else [])
+    if not free:
+        return Selection(clone(builder), {"criterion": None, "free": []})
+    start = time.perf_counter()
+    comb.check_params()
+    # the features do not depend on the metric: build the cheap identity-metric graph for them
+    # (a learned metric's graph carries n(n+1)/2 free entries per task)
+    probe = clone(builder)
+    probe.set_params(combiner__learn_A="identity", combiner__learn_w=False,
+                     combiner__metric=None, combiner__view_weights=None)
+    problem = comb.problem(probe.build(train, targets).context)
+    T, V = targets.shape[1], problem.n_views
+    noise = float(lik.sigma) ** 2
+    fits = fit_block_metrics(
+        problem, targets, alpha=float(comb._param("alpha")),
+        metric_penalty=float(comb._param("metric_penalty")), learn_A=comb.learn_A,
+        learn_w=bool(comb.learn_w), objective=comb.objective, noise_variance=noise,
+        max_iter=int(settings.max_iter), tol=float(settings.tol),
+        metric=None if comb.metric is None else comb._fixed("metric", comb.metric,
+                                                            (T, problem.n, problem.n)),
+        view_weights=None if comb.view_weights is None else comb._fixed(
+            "view_weights", comb.view_weights, (T, V)))
+    chosen = clone(builder)
+    if learns_metric:
+        chosen.set_params(combiner__metric=np.stack([ft.A for ft in fits]))
+    if comb.learn_w:
+        chosen.set_params(combiner__learn_w=False,
+                          combiner__view_weights=np.stack([ft.w for ft in fits]))
+    info: dict[str, Any] = {"criterion": "loo", "free": free,
+                            "metric_iterations": [int(ft.n_iter) for ft in fits],
+                            "metric_converged": [bool(ft.converged) for ft in fits]}
+    if lik.link_slope is None:
+        slope = loo_calibration_slope(problem, fits, targets, y_index, codes, lik.multiclass,
+                                      noise)
+        chosen.set_params(likelihood__link_slope=float(slope))
+        info["slope"] = float(slope)
+        info["at_bounds"] = (["link_slope"] if np.any(np.isclose(
+            np.log(slope), LOG_SLOPE_RANGE, atol=0.05)) else [])
+    else:
+        info["at_bounds"] = []
+    info.update(seconds=time.perf_counter() - start, n_samples=len(targets))
+    return Selection(chosen, info)
+
+
 #: the registered criterion strategies, tried in order: each returns a :class:`Selection`
 #: for the pieces it serves, else None
-CRITERION_STRATEGIES: list[Callable[..., Selection | None]] = [_process_criterion,
-                                                               _hinge_heldout]
+CRITERION_STRATEGIES: list[Callable[..., Selection | None]] = [
+    _process_criterion, _hinge_heldout, _block_metric_loo]
 
 
 def check_criterion(criterion: Any) -> None:
@@ -242,20 +311,24 @@ def check_criterion(criterion: Any) -> None:
 
 
 def select(builder: ModelBuilder, criterion: str, train: MultiViewData, targets: np.ndarray,
-           y_index: np.ndarray, codes: np.ndarray, seed: int | None = None) -> Selection:
+           y_index: np.ndarray, codes: np.ndarray, seed: int | None = None,
+           settings: EngineSettings | None = None) -> Selection:
     """The builder with its free hyper-parameters chosen by ``criterion`` on the training
     rows ``train`` (standardised as the fit sees them) with task ``targets``, their classes
     ``y_index`` and the likelihood's code matrix ``codes``, by the first registered
-    strategy that serves the pieces."""
+    strategy that serves the pieces (an iterative one stops by ``settings``' ``max_iter``
+    and ``tol``)."""
     check_criterion(criterion)
+    settings = EngineSettings() if settings is None else settings
     for strategy in CRITERION_STRATEGIES:
-        chosen = strategy(builder, criterion, train, targets, y_index, codes, seed)
+        chosen = strategy(builder, criterion, train, targets, y_index, codes, seed, settings)
         if chosen is not None:
             return chosen
     names = " + ".join(type(p).__name__ for p in builder.pieces)
     raise ValueError(
         f"criterion={criterion!r} has no strategy for {names}: 'loo' and 'evidence' serve "
         "exact per-view kernels (ViewKernels) + RhoTensorCombiner + GaussianLikelihood, "
+        "'loo' also a BlockMetricCombiner with a GaussianLikelihood, "
         "'heldout' a HingeLikelihood on fixed features with a SumCombiner; leave "
         "criterion=None to fit the free hyper-parameters with the engine (e.g. "
         "inference='map' or 'nuts')")

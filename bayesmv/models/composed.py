@@ -118,7 +118,12 @@ class MultiViewClassifier(BaseMultiViewClassifier):
         ``"loo"`` / ``"evidence"``, the ϱ-tensor Gaussian process's exact leave-one-out
         predictive or its restricted marginal likelihood (``"loo"`` also sets the Gaussian
         likelihood's ``link_slope``, when not given, to the slope that calibrates the
-        leave-one-out decision values it scored); ``"heldout"``, a hinge on fixed
+        leave-one-out decision values it scored); ``"loo"`` also serves the block-metric
+        combiner with a Gaussian likelihood of fixed noise: the metric and view weights,
+        when learned, by the combiner's own objective (stopped by ``max_iter`` and
+        ``tol``), fixed, so the engine's posterior of g is the exact Gaussian given them,
+        and ``link_slope`` as above from the exact leave-one-out predictive given them
+        (MVML's fit); ``"heldout"``, a hinge on fixed
         features: its C (when None) and its ``link_constant`` (when not given) by the
         stratified out-of-fold log-likelihood.  The choice is in
         ``idata_.posterior.attrs`` (``criterion_*``).
@@ -280,20 +285,20 @@ class MultiViewClassifier(BaseMultiViewClassifier):
         train = standardizer.transform(data) if standardizer is not None else data
         codes = task_codes(builder.likelihood, len(classes))
         targets = codes[y_index]
-        start = time.perf_counter()
-        chosen = {}
-        if self.criterion is not None:
-            choice = selection.select(builder, self.criterion, train, targets, y_index, codes,
-                                      self.random_seed)
-            builder, chosen = choice.builder, criterion_attrs(choice.info)
-        built = builder.build(train, targets)
-        inference = engines.resolve(built, self.inference)
         settings = engines.EngineSettings(
             draws=int(self.draws), tune=int(self.tune), chains=int(self.chains),
             cores=self.cores, random_seed=self.random_seed, n_init=int(self.n_init),
             ensemble=self._modes(), max_iter=int(self.max_iter), tol=float(self.tol),
             target_accept=float(self.target_accept), nuts_sampler=self.nuts_sampler,
             progressbar=bool(self.progressbar), laplace_curvature=self.laplace_curvature)
+        start = time.perf_counter()
+        chosen = {}
+        if self.criterion is not None:
+            choice = selection.select(builder, self.criterion, train, targets, y_index, codes,
+                                      self.random_seed, settings)
+            builder, chosen = choice.builder, criterion_attrs(choice.info)
+        built = builder.build(train, targets)
+        inference = engines.resolve(built, self.inference)
         idata, info = engines.fit(built, inference, settings)
         elapsed = time.perf_counter() - start
         if inference in ("nuts", "gibbs", "hybrid"):

@@ -3,14 +3,12 @@ as a MAP fit of a model-graph with an exact Gaussian posterior for the weights."
 
 from __future__ import annotations
 
-import functools
 import numbers
 import time
 from typing import Any
 
 import numpy as np
 import xarray as xr
-from threadpoolctl import ThreadpoolController
 
 from bayesmv.builder import BuiltModel, ModelBuilder
 from bayesmv.components.likelihoods import (
@@ -25,14 +23,15 @@ from bayesmv.components.nystrom import (
     check_complete_views,
     n_landmarks,
 )
-from bayesmv.data import MultiViewData, ViewStandardizer, label_tasks
-from bayesmv.inference.evidence import (
-    fit_slope,
-    loo_decision_values,
-    loo_variance,
-    platt_targets,
+from bayesmv.data import MultiViewData, ViewStandardizer, label_tasks, output_codes
+from bayesmv.inference.metric import (
+    MetricProblem,
+    block_norms,
+    fit_block_metrics,
+    loo_calibration_slope,
+    single_blas_thread,
+    task_predictive,
 )
-from bayesmv.inference.metric import MetricProblem, block_norms, fit_metric
 from bayesmv.models.base import BaseMultiViewClassifier, register
 from bayesmv.params import check_positive, check_random_seed
 
@@ -44,53 +43,6 @@ NOISE_VARIANCE = 0.5
 _SLOPE = 2.0 / NOISE_VARIANCE
 #: ways to turn the predictive of f into probabilities (as RhoTMVRKM's ``calibration``)
 CALIBRATIONS = ("temperature", "likelihood")
-
-
-def task_predictive(U: np.ndarray, sizes: tuple[int, ...], w: np.ndarray, g: np.ndarray,
-                    cov_factor: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Gaussian posterior of ``f = zᵀg`` at the rows of U for one task given A and w: mean
-    ``zᵀḡ`` and variance ``½ zᵀCCᵀz`` (``Cov(g | y, A, w) = ½ CCᵀ``), with
-    ``z = U_row ⊙ w`` repeated over each view's block of ``sizes`` features."""
-    Z = U * np.repeat(w, sizes)
-    ZC = Z @ cov_factor
-    return Z @ g, 0.5 * np.einsum("ij,ij->i", ZC, ZC)
-
-
-def loo_predictive(y: np.ndarray, mean: np.ndarray, var: np.ndarray
-                   ) -> tuple[np.ndarray, np.ndarray]:
-    """Exact leave-one-out posterior predictive ``N(f₋ᵢ, v₋ᵢ)`` of ``f(xᵢ)`` at the training
-    rows of one task, given the fitted A and w, from the one fit (no refits).
-
-    With the noise variance σ² = ½ the hat matrix ``H = Z(ZᵀZ + λA⁻¹)⁻¹Zᵀ`` has
-    ``H_ii = varᵢ/σ²`` (``var`` the training rows' posterior variance of f), and the model
-    has no bias, so the leave-one-out pieces of :mod:`bayesmv.inference.evidence` are
-    ``P = C⁻¹ = (I - H)/σ²``, ``w = (y - f)/σ²``, ``diag(KP) = diag(H)`` and ``u = 0``:
-    ``f₋ᵢ = (fᵢ - H_ii yᵢ)/(1 - H_ii)`` and ``v₋ᵢ = varᵢ/(1 - H_ii)`` (Sundararajan &
-    Keerthi 2001).  NaN where rounding left ``H_ii ≥ 1`` (a row the fit interpolates).
-
-    Parameters
-    ----------
-    y : ndarray (N,)
-        The task's ±1 targets.
-    mean, var : ndarray (N,)
-        Posterior mean and variance of f at the training rows (:func:`task_predictive`).
-    """
-    hat = var / NOISE_VARIANCE
-    P_diag = (1.0 - hat) / NOISE_VARIANCE
-    bad = ~(P_diag > 0)
-    safe = np.where(bad, 1.0, P_diag)
-    f_loo = loo_decision_values(mean[:, None], ((y - mean) / NOISE_VARIANCE)[:, None], safe,
-                                hat, np.zeros_like(hat))[:, 0]
-    var_loo = loo_variance(safe, None, None, NOISE_VARIANCE, 1.0)
-    f_loo[bad] = np.nan
-    var_loo[bad] = np.nan
-    return f_loo, var_loo
-
-
-@functools.cache
-def _threadpools() -> ThreadpoolController:
-    # discovering the BLAS libraries costs milliseconds: do it once per process
-    return ThreadpoolController()
 
 
 @register
@@ -362,19 +314,19 @@ class MVML(BaseMultiViewClassifier):
         data, classes, y_index, standardizer = self._prepare_training(X, y)
         targets = label_tasks(y_index, len(classes))
         start = time.perf_counter()
-        # The iterations are many small BLAS calls (matrix-vector products, rank-one updates);
-        # on 2 shared cores one BLAS thread fitted 10 classes 1.7x faster at 5 % Nyström and
-        # as fast at 25 % (benchmarks/mvml.py), so the solver runs single-threaded.
-        with _threadpools().limit(limits=1, user_api="blas"):
+        with single_blas_thread():
             state = self._nystrom().fit_state(data)
             problem = MetricProblem(state.transform(data), state.block_sizes)
-            fits = [fit_metric(problem, targets[:, t], lmbda=float(self._param("alpha")),
-                               eta=float(self._param("metric_penalty")), learn_A=self.learn_A,
-                               learn_w=bool(self.learn_w), objective=self.objective,
-                               max_iter=int(self.max_iter), tol=float(self.tol))
-                    for t in range(targets.shape[1])]
-            slope = (self._calibration_slope(problem, fits, targets, y_index, len(classes))
-                     if self.calibration == "temperature" else None)
+        fits = fit_block_metrics(
+            problem, targets, alpha=float(self._param("alpha")),
+            metric_penalty=float(self._param("metric_penalty")), learn_A=self.learn_A,
+            learn_w=bool(self.learn_w), objective=self.objective, noise_variance=NOISE_VARIANCE,
+            max_iter=int(self.max_iter), tol=float(self.tol))
+        # the slope of the likelihood's multi-class rule, "normalised" (make_builder)
+        slope = (loo_calibration_slope(problem, fits, targets, y_index,
+                                       output_codes(len(classes), "ova"), "normalised",
+                                       NOISE_VARIANCE)
+                 if self.calibration == "temperature" else None)
         elapsed = time.perf_counter() - start
 
         idata = self._make_idata(fits, state, data, y_index, targets, elapsed)
@@ -387,27 +339,6 @@ class MVML(BaseMultiViewClassifier):
                       converged_=np.array([ft.converged for ft in fits]), fit_time_=elapsed,
                       slope_=slope)
         return self
-
-    @staticmethod
-    def _calibration_slope(problem: MetricProblem, fits, targets: np.ndarray,
-                           y_index: np.ndarray, n_classes: int) -> float:
-        """The slope s of ``calibration="temperature"``: the minimiser of the cross-entropy
-        of ``predict_proba``'s rule, at the exact leave-one-out predictive of every training
-        row (:func:`loo_predictive`), against Platt's targets
-        (:func:`~bayesmv.inference.evidence.fit_slope`, as RhoTMVRKM).  Rows whose
-        leave-one-out values rounding lost are left out (κ if that is every row)."""
-        columns = [loo_predictive(targets[:, t], *task_predictive(
-            problem.U, problem.sizes, ft.w, ft.g, ft.cov_factor)) for t, ft in enumerate(fits)]
-        F = np.stack([f for f, _ in columns], axis=1)
-        V = np.stack([v for _, v in columns], axis=1)
-        usable = np.all(np.isfinite(F) & np.isfinite(V), axis=1)
-        if not usable.any():
-            return _SLOPE
-        F, V = F[usable], V[usable]
-        slope, _ = fit_slope(
-            lambda s: class_probabilities(log_expected_sigmoid(F, V, s), log=True),
-            platt_targets(y_index, n_classes)[usable])
-        return slope
 
     def _make_idata(self, fits, state: NystromState, data: MultiViewData, y_index, targets,
                     elapsed: float):
@@ -506,7 +437,7 @@ class MVML(BaseMultiViewClassifier):
         var = np.empty_like(mean)
         for t in range(len(self.g_)):
             mean[:, t], var[:, t] = task_predictive(U, sizes, self.w_[t], self.g_[t],
-                                                    self._cov_factors[t])
+                                                    self._cov_factors[t], NOISE_VARIANCE)
         return mean, np.sqrt(var)
 
     def _slope(self) -> float:
