@@ -579,6 +579,10 @@ def test_mvml_defaults_are_the_composed_estimator_choosing_by_its_criterion(
         assert attrs["criterion"] == "loo" and attrs["criterion_slope"] == slope
         assert attrs["criterion_free"] == ",".join(
             ["metric"] + (["view_weights"] if settings.get("learn_w") else []) + ["link_slope"])
+    with tempfile.TemporaryDirectory() as tmp:  # the chosen metric travels with the builder
+        composed.save(f"{tmp}/m")
+        np.testing.assert_array_equal(bayesmv.load(f"{tmp}/m").predict_proba(Xt3),
+                                      composed.predict_proba(Xt3))
 
 
 def test_the_block_metric_criterion_keeps_what_is_given_and_refuses_a_free_noise(small):
