@@ -15,8 +15,9 @@ from the preset's builder with those settings left free::
     MultiViewClassifier(MVML(random_seed=s).make_builder(), inference="exact",
                         criterion="loo", random_seed=s, max_iter=100, tol=1e-4)
 
-MVML's composed fit needs the exact engine's full Gaussian (at most 3000 parameters: the
-Nyström features times the one-vs-rest tasks); beyond it the row says why it was refused.
+MVML's composed fit takes the exact engine's posterior from the strategy registered for a
+fixed block metric (one factor per task, no Hessian); a composition an engine refuses would
+print the engine's reason in its row.
 
 Printed per split: both fits' seconds (the composed one builds and compiles the graph), the
 largest difference of their test probabilities (the same fit: rounding only) and the

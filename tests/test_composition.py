@@ -53,6 +53,7 @@ from bayesmv.components import (
 )
 from bayesmv.datasets import load_multiple_features
 from bayesmv.inference.engines import INFERENCES
+from bayesmv.inference.optimize import TaskBlockGaussian
 from bayesmv.models.mvm import DEFAULT_ENSEMBLE
 
 V = 3  # views in the small problem
@@ -775,6 +776,45 @@ def test_mvml_preset_with_a_fixed_metric_is_the_exact_composed_posterior(learn_A
     assert composed.inference_ == "exact"
     np.testing.assert_allclose(composed.idata_.fit["f"].values,
                                mvml.idata_.posterior["f"].values[0, 0], atol=1e-8)
+
+
+@pytest.mark.python_ops  # evaluates graphs a few times: gcc would be most of it
+def test_block_metric_exact_strategy_is_the_graphs_gaussian(three_classes, monkeypatch):
+    """The registered exact posterior of a fixed block metric (one Cholesky per task, no
+    Hessian) against the generic exact engine on the same graph (its full Hessian): the same
+    mean and, block by block, the same covariance, with no covariance between tasks; the
+    combined directions reproduce every task's marginal variances; independent draws per
+    task have that covariance; and the composed probabilities are the same either way."""
+    import bayesmv.inference.engines as engines
+
+    X, y3, Xt = three_classes
+    mvml = MVML(random_seed=0).fit(X, y3)
+    builder = mvml.make_builder(metric=mvml.A_, view_weights=mvml.w_, link_slope=mvml.slope_)
+    builder.likelihood.set_params(sigma=0.8)  # away from MVML's own noise variance
+    fast = MultiViewClassifier(builder, random_seed=0).fit(X, y3)
+    built = builder.build(*fast._training_data())
+    flat, posterior = engines.exact_posterior(built)
+    assert isinstance(posterior, TaskBlockGaussian) and len(posterior.blocks) == 3
+    with monkeypatch.context() as patch:
+        patch.setattr(engines, "EXACT_STRATEGIES", [])
+        slow = MultiViewClassifier(builder, random_seed=0).fit(X, y3)
+        dense = engines.exact_posterior(builder.build(*slow._training_data()))[1]
+    assert dense.cov_factor is not None
+    np.testing.assert_allclose(posterior.mean, dense.mean, atol=1e-8)
+    cov = dense.cov_factor @ dense.cov_factor.T
+    scale = np.abs(cov).max()
+    for i, (rows, F) in enumerate(posterior.blocks):
+        np.testing.assert_allclose(F @ F.T, cov[rows, rows], atol=1e-8 * scale)
+        for other, _ in posterior.blocks[i + 1:]:
+            assert np.abs(cov[rows, other]).max() < 1e-8 * scale
+    D = posterior.marginal_directions()
+    np.testing.assert_allclose(np.sum(D**2, axis=0), np.diag(cov), atol=1e-8 * scale)
+    draws, _ = posterior.sample(20000, np.random.default_rng(0))
+    (r0, F0), (r1, _) = posterior.blocks[:2]
+    np.testing.assert_allclose(np.cov(draws[:, r0].T), F0 @ F0.T, atol=0.05 * scale)
+    assert np.abs(np.cov(draws[:, r0].T, draws[:, r1].T)[:F0.shape[0], F0.shape[0]:]).max() < \
+        0.05 * scale
+    np.testing.assert_allclose(fast.predict_proba(Xt), slow.predict_proba(Xt), atol=1e-8)
 
 
 def check_mvml_is_composed(X, y, Xt, **settings):

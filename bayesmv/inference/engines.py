@@ -9,7 +9,10 @@ and the graph alone (:func:`why_not`), never from a preset's name:
 ========== ============================================================================
 exact      the posterior is Gaussian (Gaussian likelihood with fixed noise, f linear in
            Gaussian random variables: checked on the graph's gradient): its mode is one
-           Newton step from anywhere and its covariance the inverse negative Hessian
+           Newton step from anywhere and its covariance the inverse negative Hessian, up
+           to FULL_HESSIAN_MAX parameters; a registered strategy gives it in closed form
+           at any size where one serves the pieces (a fixed block metric: one factor per
+           task, :data:`EXACT_STRATEGIES`)
 map        L-BFGS-B on the graph's log density from dispersed starts (a registered fast
            solver when one serves the pieces: the SVM solver for a hinge on fixed features,
            the closed-form mode of a Gaussian posterior, the alternating solver of a
@@ -51,6 +54,7 @@ from bayesmv.inference.optimize import (
     FlatLogp,
     L1Penalty,
     LaplaceResult,
+    TaskBlockGaussian,
     find_map,
     full_hessian,
     laplace_approximation,
@@ -136,6 +140,54 @@ def untransformed_logp(built: BuiltModel) -> FlatLogp:
     return cached if cached is not None else flat_logp(built, True)
 
 
+def _block_metric_exact(built: BuiltModel) -> Callable[[FlatLogp], LaplaceResult] | None:
+    """Registered exact posterior: the block-metric combiner with a fixed metric (given, or
+    the identity / covariance metric) of full rank, fixed view weights and a Gaussian
+    likelihood with fixed noise.  Given A the tasks are independent a posteriori and each
+    task's ``g`` is Gaussian with covariance ``σ² (ZᵀZ + 2σ²λA⁻¹)⁻¹``: its factor from one
+    Cholesky per task (:func:`~bayesmv.inference.metric.fit_block_metrics`), so no Hessian
+    is formed, at any size.  Returns the function computing it, or None."""
+    b = built.builder
+    comb, lik = b.combiner, b.likelihood
+    if (not isinstance(comb, BlockMetricCombiner) or comb.learn_w
+            or (comb.metric is None and comb.learn_A in ("full", "sparse"))
+            or not isinstance(lik, GaussianLikelihood) or lik.sigma is None
+            or _free_names(built) != {"g"}):  # a rank-deficient metric samples h instead
+        return None
+
+    def posterior(flat: FlatLogp) -> LaplaceResult:
+        from bayesmv.inference.metric import fit_block_metrics
+
+        ctx = built.context
+        problem = comb.problem(ctx)
+        T, n, V = ctx.n_tasks, problem.n, problem.n_views
+        metric = (comb._fixed("metric", comb.metric, (T, n, n)) if comb.metric is not None
+                  else np.broadcast_to(ctx.state["fixed_metric"], (T, n, n)))
+        weights = (comb._fixed("view_weights", comb.view_weights, (T, V))
+                   if comb.view_weights is not None else np.full((T, V), 1.0 / V))
+        sigma = float(lik.sigma)
+        fits = fit_block_metrics(problem, ctx.targets, alpha=float(comb._param("alpha")),
+                                 metric_penalty=0.0, learn_A=comb.learn_A, learn_w=False,
+                                 objective=comb.objective, noise_variance=sigma**2,
+                                 max_iter=0, tol=0.0, metric=metric, view_weights=weights)
+        mean = flat.from_point({"g": np.stack([ft.g for ft in fits])})
+        blocks = tuple((slice(t * n, (t + 1) * n), sigma * ft.cov_factor)
+                       for t, ft in enumerate(fits))
+        sd = np.concatenate([np.sqrt(np.sum(F**2, axis=1)) for _, F in blocks])
+        return TaskBlockGaussian(mean, "full", sd, blocks=blocks)
+
+    return posterior
+
+
+#: registered exact posteriors, tried before the generic one (a full Hessian)
+EXACT_STRATEGIES: list[Callable[[BuiltModel], Callable[[FlatLogp], LaplaceResult] | None]] = [
+    _block_metric_exact]
+
+
+def _exact_strategy(built: BuiltModel) -> Callable[[FlatLogp], LaplaceResult] | None:
+    return next((p for p in (s(built) for s in EXACT_STRATEGIES) if p is not None), None)
+
+
 def _not_gaussian(built: BuiltModel) -> str | None:
     """Why the posterior is not exactly Gaussian.
 
@@ -148,6 +200,8 @@ def _not_gaussian(built: BuiltModel) -> str | None:
     if not isinstance(lik, GaussianLikelihood) or lik.sigma is None:
         return f"it needs a GaussianLikelihood with fixed sigma, not {type(lik).__name__}" + (
             " with a free sigma" if isinstance(lik, GaussianLikelihood) else "")
+    if _exact_strategy(built) is not None:
+        return None
     model = built.model
     transformed = [v.name for v in model.value_vars if is_transformed_name(v.name)]
     if transformed:
@@ -418,6 +472,9 @@ def _gaussian_map(built: BuiltModel, settings: EngineSettings) -> dict[str, np.n
     mode in closed form (:func:`gaussian_mode`), the exact engine's posterior mean."""
     if not isinstance(built.builder.likelihood, GaussianLikelihood) or _not_gaussian(built):
         return None
+    if _exact_strategy(built) is not None:
+        flat, posterior = exact_posterior(built)
+        return flat.to_point(posterior.mean)
     flat = untransformed_logp(built)
     return flat.to_point(gaussian_mode(flat)[0])
 
@@ -575,9 +632,13 @@ def exact_posterior(built: BuiltModel) -> tuple[FlatLogp, LaplaceResult]:
     per built model: the exact engine's draws and its predictive read the same)."""
     if "exact_posterior" not in built.cache:
         flat = untransformed_logp(built)
-        mode, hessian = gaussian_mode(flat)
-        built.cache["exact_posterior"] = (
-            flat, full_gaussian(built, flat, mode, EXACT_FLAT_TOL, hessian))
+        strategy = _exact_strategy(built)
+        if strategy is not None:
+            built.cache["exact_posterior"] = (flat, strategy(flat))
+        else:
+            mode, hessian = gaussian_mode(flat)
+            built.cache["exact_posterior"] = (
+                flat, full_gaussian(built, flat, mode, EXACT_FLAT_TOL, hessian))
     return built.cache["exact_posterior"]
 
 

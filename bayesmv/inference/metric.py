@@ -790,12 +790,14 @@ def fit_block_metrics(problem: MetricProblem, targets: np.ndarray, *, alpha: flo
     ``y | g ~ N(Zg, σ²)``, ``g | A ~ N(0, A/(2α))`` with the metric penalty ``metric_penalty``.
 
     The solver (:func:`fit_metric`) works on the objective times ``2σ²`` (λ and η scaled by
-    it), which is the published objective at σ² = ½; ``objective="bayes"`` adds
-    ``½ log det`` terms that do not scale so, and is offered at σ² = ½ only.  A given
+    it), which is the published objective at σ² = ½; learning A or w under
+    ``objective="bayes"`` adds ``½ log det`` terms that do not scale so, and is offered at
+    σ² = ½ only (given A and w, g's posterior is the same under both objectives).  A given
     ``metric`` (n_tasks, n, n) is used as it is: one exact g-step per task.  ``view_weights``
     (n_tasks, V) fix the view weights, or start them when ``learn_w``.
     """
-    if objective == "bayes" and not np.isclose(noise_variance, 0.5, rtol=1e-12):
+    learns = learn_w or (metric is None and learn_A in ("full", "sparse"))
+    if learns and objective == "bayes" and not np.isclose(noise_variance, 0.5, rtol=1e-12):
         raise ValueError(f"objective='bayes' is solved at the noise variance 1/2 of the "
                          f"published objective; got {noise_variance!r}: give sigma=sqrt(0.5) "
                          "or objective='paper'")

@@ -280,6 +280,45 @@ class LaplaceResult:
         z = rng.standard_normal((draws, self.mean.size))
         return self.mean + z * self.sd, -0.5 * np.sum(z**2, axis=1)
 
+    def marginal_directions(self) -> np.ndarray:
+        """Directions ``d_k`` (rows, shape (K, P)) with ``Σ_k d_k d_kᵀ`` equal to Σ wherever a
+        per-task predictive reads it (here everywhere: the columns of the full factor)."""
+        if self.cov_factor is None:
+            raise ValueError("a diagonal Gaussian has no factor directions")
+        return self.cov_factor.T
+
+
+@dataclass
+class TaskBlockGaussian(LaplaceResult):
+    """A Gaussian whose covariance is block-diagonal: independent blocks of the flat vector
+    (one per task of a task-separable posterior), each with its own factor.
+
+    ``blocks`` holds ``(slice, F)`` with the block's covariance ``F Fᵀ``.  Draws are drawn
+    block by block, independently.  :meth:`marginal_directions` combines the k-th column of
+    every block into one direction: the sum of their outer products has every block's
+    covariance exactly and nonzero products between blocks, so it serves predictives that
+    read one task at a time (a task's decision values depend on its own block only), with
+    ``max_k`` directions instead of ``Σ k``.
+    """
+
+    blocks: tuple[tuple[slice, np.ndarray], ...] = ()
+
+    def sample(self, draws: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        X = np.tile(self.mean, (draws, 1))
+        log_q = np.zeros(draws)
+        for where, F in self.blocks:
+            z = rng.standard_normal((draws, F.shape[1]))
+            X[:, where] += z @ F.T
+            log_q -= 0.5 * np.sum(z**2, axis=1)
+        return X, log_q
+
+    def marginal_directions(self) -> np.ndarray:
+        K = max((F.shape[1] for _, F in self.blocks), default=0)
+        D = np.zeros((K, self.mean.size))
+        for where, F in self.blocks:
+            D[:F.shape[1], where] = F.T
+        return D
+
 
 def pareto_khat(log_p: np.ndarray, log_q: np.ndarray) -> float:
     """Pareto k̂ of the importance ratios p/q of draws from an approximation q.

@@ -52,12 +52,14 @@ def default_builder() -> ModelBuilder:
 
 def _posterior_directions(built: BuiltModel) -> tuple[dict, list[dict]]:
     """The exact Gaussian posterior (the engine's, computed once per built model) as named
-    points: its mean, and the mean moved by each column of its covariance factor."""
+    points: its mean, and the mean moved by each of its marginal directions (the columns of
+    its covariance factor; for a task-separable posterior every task's k-th column at once,
+    which the closed-form predictive, reading one task at a time, may combine)."""
     flat, posterior = engines.exact_posterior(built)
     to_named = engines.point_function(built)
     return (to_named(flat.to_point(posterior.mean)),
-            [to_named(flat.to_point(posterior.mean + column))
-             for column in posterior.cov_factor.T])
+            [to_named(flat.to_point(posterior.mean + direction))
+             for direction in posterior.marginal_directions()])
 
 
 def criterion_attrs(info: dict[str, Any]) -> dict[str, Any]:
