@@ -586,6 +586,37 @@ def test_mvml_defaults_are_the_composed_estimator_choosing_by_its_criterion(
                                       composed.predict_proba(Xt3))
 
 
+def test_a_large_chosen_metric_is_saved_as_an_array_not_as_json(small, monkeypatch):
+    """A criterion's metric (one (n, n) block per task: 49.5 million numbers on the ten
+    digits) travels in the file's constant_data, not as JSON text: the description names
+    where, the array comes back exactly, with or without the training data."""
+    import json
+
+    import arviz as az
+
+    import bayesmv.models.composed as composed_module
+    from bayesmv.models.base import MODEL_ATTR
+
+    X, y, Xt, _ = small
+    monkeypatch.setattr(composed_module, "JSON_ARRAY_MAX", 10)
+    fitted = MultiViewClassifier(MVML(random_seed=0).make_builder(), inference="exact",
+                                 criterion="loo", random_seed=0).fit(X, y)
+    metric = fitted.builder_.combiner.metric
+    assert metric.size > 10
+    name = "builder_param__combiner__metric"
+    np.testing.assert_array_equal(fitted.idata_.constant_data[name].values, metric)
+    with tempfile.TemporaryDirectory() as tmp:
+        for training in (False, True):
+            path = fitted.save(f"{tmp}/m{training}", include_training_data=training)
+            loaded = bayesmv.load(path)
+            text = az.from_netcdf(path).posterior.attrs[MODEL_ATTR]
+            assert json.loads(text)["extra"]["builder_"]["params"]["combiner"]["params"][
+                "metric"] == name
+            np.testing.assert_array_equal(loaded.builder_.combiner.metric, metric)
+            np.testing.assert_array_equal(loaded.predict_proba(Xt), fitted.predict_proba(Xt))
+    assert isinstance(fitted.builder_.combiner.metric, np.ndarray)  # saving left it alone
+
+
 def test_the_block_metric_criterion_keeps_what_is_given_and_refuses_a_free_noise(small):
     X, y, Xt, _ = small
     mvml = MVML(learn_A="identity", random_seed=0).fit(X, y)

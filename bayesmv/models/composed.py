@@ -18,6 +18,7 @@ import numpy as np
 import pymc as pm
 import xarray as xr
 from scipy.special import log_expit
+from sklearn.base import clone
 
 from bayesmv.builder import BuiltModel, ModelBuilder
 from bayesmv.components import LinearFeatures, LogisticLikelihood, SumCombiner
@@ -60,6 +61,20 @@ def _posterior_directions(built: BuiltModel) -> tuple[dict, list[dict]]:
     return (to_named(flat.to_point(posterior.mean)),
             [to_named(flat.to_point(posterior.mean + direction))
              for direction in posterior.marginal_directions()])
+
+
+#: builder parameters with more numbers than this (a criterion's learned metric, one
+#: (n, n) block per task) are saved as arrays of the InferenceData's ``constant_data``, not
+#: as JSON text in its attributes
+JSON_ARRAY_MAX = 10_000
+#: prefix of those arrays' names in ``constant_data`` (and of the reference left in the JSON)
+BUILDER_ARRAY_PREFIX = "builder_param__"
+
+
+def large_array_params(builder: ModelBuilder) -> dict[str, np.ndarray]:
+    """The builder's array parameters above :data:`JSON_ARRAY_MAX` numbers, by deep name."""
+    return {key: value for key, value in builder.get_params(deep=True).items()
+            if isinstance(value, np.ndarray) and value.size > JSON_ARRAY_MAX}
 
 
 def criterion_attrs(info: dict[str, Any]) -> dict[str, Any]:
@@ -258,8 +273,6 @@ class MultiViewClassifier(BaseMultiViewClassifier):
     def _seeded_builder(self) -> ModelBuilder:
         """A copy of the builder whose pieces' unset ``random_seed`` come from
         ``random_seed`` (so a fit, and a reload, rebuild the same landmarks and bases)."""
-        from sklearn.base import clone
-
         builder = clone(self.builder if self.builder is not None else default_builder())
         params = builder.get_params(deep=True)
         # a Generator seed advances when used: replace it by an integer drawn from it, so that
@@ -314,6 +327,9 @@ class MultiViewClassifier(BaseMultiViewClassifier):
                     for v, X_v in enumerate(train.views)}
         training["train_observed"] = (("train_row", "view"), train.observed.astype(np.int8))
         training["train_targets"] = (("train_row", "task"), targets)
+        for key, value in large_array_params(builder).items():
+            name = BUILDER_ARRAY_PREFIX + key
+            training[name] = (tuple(f"{name}_dim_{i}" for i in range(value.ndim)), value)
         constants = xr.Dataset(training)
         if "constant_data" in idata.groups():
             idata.constant_data = xr.merge([idata.constant_data, constants],
@@ -343,13 +359,23 @@ class MultiViewClassifier(BaseMultiViewClassifier):
     def _prediction_constants(self) -> set[str]:
         # the pieces' fitted state (landmarks, subsets, bases) is rebuilt from these on load
         return {n for n in self.idata_.constant_data.data_vars
-                if n.startswith("train_")}
+                if n.startswith(("train_", BUILDER_ARRAY_PREFIX))}
 
     def _extra_state(self) -> dict[str, Any]:
-        return {"builder_": self.builder_, "inference_": self.inference_}
+        builder = self.builder_
+        large = large_array_params(builder)
+        if large:  # stored in constant_data at fit; the JSON names where
+            builder = clone(builder)
+            builder.set_params(**{key: BUILDER_ARRAY_PREFIX + key for key in large})
+        return {"builder_": builder, "inference_": self.inference_}
 
     def _set_extra_state(self, state: dict[str, Any]) -> None:
-        self.builder_ = state["builder_"]
+        builder = state["builder_"]
+        stored = {key: value for key, value in builder.get_params(deep=True).items()
+                  if isinstance(value, str) and value.startswith(BUILDER_ARRAY_PREFIX)}
+        builder.set_params(**{key: np.asarray(self.idata_.constant_data[name].values)
+                              for key, name in stored.items()})
+        self.builder_ = builder
         self.inference_ = state["inference_"]
         self.n_features_in_ = int(sum(self.layout_.view_sizes))
 
