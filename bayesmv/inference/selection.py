@@ -58,11 +58,7 @@ from bayesmv.inference.evidence import (
     noise_prior_on_search_range,
 )
 from bayesmv.inference.metric import fit_block_metrics, loo_calibration_slope
-from bayesmv.inference.svm import (
-    HINGE_COST_GRID,
-    fit_link_constant,
-    out_of_fold_decision_values,
-)
+from bayesmv.inference.svm import HINGE_COST_GRID, held_out_link_fits
 
 #: the criteria a composed estimator can choose hyper-parameters by
 CRITERIA = ("loo", "evidence", "heldout")
@@ -217,12 +213,7 @@ def _hinge_heldout(builder: ModelBuilder, criterion: str, train: MultiViewData,
     # a total cost c is the per-row cost c/N of the SVM (HingeLikelihood C = c/(2N))
     costs = HINGE_COST_GRID if lik.C is None else (2.0 * N * float(lik.C),)
     start = time.perf_counter()
-    links, losses = [], []
-    for cost in costs:
-        f, _ = out_of_fold_decision_values(Phi, targets, y_index, cost, folds, seed)
-        link, loss = fit_link_constant(f, None, np.zeros((1, 1, 1)), targets=targets)
-        links.append(link)
-        losses.append(loss)
+    links, losses = held_out_link_fits(Phi, targets, y_index, costs, folds, seed)
     best = int(np.argmin(losses))
     chosen = clone(builder)
     chosen.set_params(likelihood__C=float(costs[best]) / (2.0 * N))

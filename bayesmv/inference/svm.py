@@ -176,6 +176,25 @@ def fit_link_constant(f: np.ndarray, sd: np.ndarray | None, log_w: np.ndarray, *
     return float(np.exp(res.x)), float(res.fun)
 
 
+def held_out_link_fits(Phi: np.ndarray, targets: np.ndarray, y_index: np.ndarray,
+                       costs: Sequence[float], folds: int, seed: int | None, *,
+                       tol: float = 1e-4,
+                       spread: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None
+                       ) -> tuple[list[float], list[float]]:
+    """For each total cost: the out-of-fold decision values
+    (:func:`out_of_fold_decision_values`) and the link constant fitted to them
+    (:func:`fit_link_constant`).  Returns the link constants and the held-out negative
+    log-likelihoods, one per cost (the lowest is the held-out criterion's choice)."""
+    links, losses = [], []
+    for cost in costs:
+        f, sd = out_of_fold_decision_values(Phi, targets, y_index, cost, folds, seed, tol=tol,
+                                            spread=spread)
+        link, loss = fit_link_constant(f, sd, np.zeros((1, 1, 1)), targets=targets)
+        links.append(link)
+        losses.append(loss)
+    return links, losses
+
+
 # ---------------------------------------------------------------------------------- Gibbs
 @dataclass
 class HingeGibbsSpec:

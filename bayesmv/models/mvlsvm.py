@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numbers
 import time
+from collections.abc import Callable
 from typing import Any
 
 import arviz as az
@@ -31,6 +32,7 @@ from bayesmv.inference.svm import (
     N_QUADRATURE,
     fit_link_constant,
     fit_svm_map,
+    held_out_link_fits,
     hinge_mixture_log_probabilities,
     out_of_fold_decision_values,
     run_hinge_gibbs,
@@ -43,6 +45,8 @@ _POSITIVE_INT = ("draws", "chains")
 _PREDICT_CHUNK = 4_000_000
 #: candidates of ``C="auto"`` (:data:`~bayesmv.inference.svm.HINGE_COST_GRID`)
 C_GRID = HINGE_COST_GRID
+#: how the calibration went when a class has too few rows for stratified folds
+_TOO_FEW_ROWS = "none (a class has fewer than 2 rows)"
 
 
 @register
@@ -422,30 +426,32 @@ class MVLSVM(BaseMultiViewClassifier):
         their own fitted link constant, give the held-out rows the highest log-likelihood of
         Platt's targets.  Returns (C, its link constant, how, the negative log-likelihood per
         candidate); with fewer than 2 rows in a class, the grid's 100 and no link."""
-        links, losses = [], []
-        for C in C_GRID:
-            held_out, how = self._out_of_fold(fmap, Phi, blocks, targets, y_index, C)
-            if held_out is None:
-                return 100.0, None, how, np.full(len(C_GRID), np.nan)
-            link, loss = fit_link_constant(*held_out, targets=targets)
-            links.append(link)
-            losses.append(loss)
+        folds = self._calibration_folds(y_index)
+        if folds is None:
+            return 100.0, None, _TOO_FEW_ROWS, np.full(len(C_GRID), np.nan)
+        links, losses = held_out_link_fits(Phi, targets, y_index, C_GRID, folds,
+                                           self.random_seed, tol=self.tol,
+                                           spread=_block_spread(fmap, blocks, len(targets)))
         best = int(np.argmin(losses))
-        return C_GRID[best], links[best], how, np.asarray(losses)
+        return C_GRID[best], links[best], f"{folds}-fold out-of-fold", np.asarray(losses)
+
+    def _calibration_folds(self, y_index: np.ndarray) -> int | None:
+        """Stratified folds of the held-out calibration: ``calibration_cv``, fewer when a
+        class has fewer rows, None below 2."""
+        folds = min(int(self.calibration_cv), int(np.bincount(y_index).min()))
+        return folds if folds >= 2 else None
 
     def _out_of_fold(self, fmap: LandmarkMap, Phi: np.ndarray, blocks: list[MissingBlocks],
                      targets: np.ndarray, y_index: np.ndarray, C: float
                      ) -> tuple[tuple | None, str]:
         """Each training row's decision value (and spread over its unknown blocks) from the
         SVM fitted on the stratified folds that leave it out: ``((f, sd, log_w), how)``."""
-        folds = min(int(self.calibration_cv), int(np.bincount(y_index).min()))
-        if folds < 2:
-            return None, "none (a class has fewer than 2 rows)"
-        N = targets.shape[0]
-        spread = (None if not blocks else
-                  lambda theta, test: _block_sd(blocks, fmap.whitened(theta[None]), N)[0, test])
+        folds = self._calibration_folds(y_index)
+        if folds is None:
+            return None, _TOO_FEW_ROWS
         f, sd = out_of_fold_decision_values(Phi, targets, y_index, C, folds, self.random_seed,
-                                            tol=self.tol, spread=spread)
+                                            tol=self.tol,
+                                            spread=_block_spread(fmap, blocks, len(targets)))
         return (f, sd, np.zeros((1, 1, 1))), f"{folds}-fold out-of-fold"
 
     def _leave_one_out(self, idata: az.InferenceData, targets: np.ndarray, C: float
@@ -616,6 +622,15 @@ def _features(fmap: LandmarkMap, data: MultiViewData
         blocks = fmap.fill_conditional_means(M, data.observed)
         return fmap.whitened(M), blocks
     return fmap.transform(data), []
+
+
+def _block_spread(fmap: LandmarkMap, blocks: list[MissingBlocks], n: int
+                  ) -> Callable[[np.ndarray, np.ndarray], np.ndarray] | None:
+    """The sd of held-out decision values over their unknown blocks, ``spread(theta, rows)``
+    (:func:`_block_sd` of the fold's weights), or None when no block is unknown."""
+    if not blocks:
+        return None
+    return lambda theta, rows: _block_sd(blocks, fmap.whitened(theta[None]), n)[0, rows]
 
 
 def _block_sd(blocks: list[MissingBlocks], beta: np.ndarray, n: int) -> np.ndarray | None:
