@@ -236,6 +236,16 @@ class BlockMetricCombiner(Component):
                              f"shape {arr.shape}")
         return np.broadcast_to(arr, shape)
 
+    def given_metric(self, n_tasks: int, n: int) -> np.ndarray | None:
+        """The given ``metric`` as one (n, n) matrix per task, checked, or None."""
+        return None if self.metric is None else self._fixed("metric", self.metric,
+                                                             (n_tasks, n, n))
+
+    def given_view_weights(self, n_tasks: int, n_views: int) -> np.ndarray | None:
+        """The given ``view_weights`` as one row per task, checked, or None."""
+        return None if self.view_weights is None else self._fixed(
+            "view_weights", self.view_weights, (n_tasks, n_views))
+
     # ------------------------------------------------------------------ numpy side
     @staticmethod
     def problem(ctx: BuildContext) -> MetricProblem:
@@ -262,7 +272,7 @@ class BlockMetricCombiner(Component):
         if self.learn_w:
             w = pm.Dirichlet("w", a=np.ones((T, V)), dims=("task", "view"))
         elif self.view_weights is not None:
-            w = pt.as_tensor(self._fixed("view_weights", self.view_weights, (T, V)).copy())
+            w = pt.as_tensor(self.given_view_weights(T, V).copy())
         else:
             w = pt.as_tensor(np.full((T, V), 1.0 / V))
         w_feat = w[:, view_of_feature]                                   # (T, n)
@@ -282,7 +292,7 @@ class BlockMetricCombiner(Component):
                              -self._param("metric_penalty") * pt.sum(block_group_norm(A, sizes)))
         else:
             if self.metric is not None:
-                factors = [psd_factor(A) for A in self._fixed("metric", self.metric, (T, n, n))]
+                factors = [psd_factor(A) for A in self.given_metric(T, n)]
             else:
                 # the training rows' metric (MVML_Cov's depends on the features), also on
                 # new rows

@@ -161,15 +161,15 @@ def _block_metric_exact(built: BuiltModel) -> Callable[[FlatLogp], LaplaceResult
         ctx = built.context
         problem = comb.problem(ctx)
         T, n, V = ctx.n_tasks, problem.n, problem.n_views
-        metric = (comb._fixed("metric", comb.metric, (T, n, n)) if comb.metric is not None
-                  else np.broadcast_to(ctx.state["fixed_metric"], (T, n, n)))
-        weights = (comb._fixed("view_weights", comb.view_weights, (T, V))
-                   if comb.view_weights is not None else np.full((T, V), 1.0 / V))
+        metric = comb.given_metric(T, n)
+        if metric is None:  # the identity or covariance metric the graph holds
+            metric = np.broadcast_to(ctx.state["fixed_metric"], (T, n, n))
         sigma = float(lik.sigma)
         fits = fit_block_metrics(problem, ctx.targets, alpha=float(comb._param("alpha")),
                                  metric_penalty=0.0, learn_A=comb.learn_A, learn_w=False,
                                  objective=comb.objective, noise_variance=sigma**2,
-                                 max_iter=0, tol=0.0, metric=metric, view_weights=weights)
+                                 max_iter=0, tol=0.0, metric=metric,
+                                 view_weights=comb.given_view_weights(T, V))
         mean = flat.from_point({"g": np.stack([ft.g for ft in fits])})
         blocks = tuple((slice(t * n, (t + 1) * n), sigma * ft.cov_factor)
                        for t, ft in enumerate(fits))

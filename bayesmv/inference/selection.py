@@ -263,10 +263,7 @@ def _block_metric_loo(builder: ModelBuilder, criterion: str, train: MultiViewDat
         metric_penalty=float(comb._param("metric_penalty")), learn_A=comb.learn_A,
         learn_w=bool(comb.learn_w), objective=comb.objective, noise_variance=noise,
         max_iter=int(settings.max_iter), tol=float(settings.tol),
-        metric=None if comb.metric is None else comb._fixed("metric", comb.metric,
-                                                            (T, problem.n, problem.n)),
-        view_weights=None if comb.view_weights is None else comb._fixed(
-            "view_weights", comb.view_weights, (T, V)))
+        metric=comb.given_metric(T, problem.n), view_weights=comb.given_view_weights(T, V))
     chosen = clone(builder)
     if learns_metric:
         chosen.set_params(combiner__metric=np.stack([ft.A for ft in fits]))
