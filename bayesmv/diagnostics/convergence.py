@@ -214,7 +214,7 @@ def _judged_dataset(idata, var_names) -> tuple[xr.Dataset, tuple[str, ...]]:
 
 def check_convergence(fitted_or_idata, var_names=None, *, r_hat_max: float = 1.01,
                       ess_min_per_chain: float = 100.0,
-                      max_points: int | None = 1000) -> ConvergenceReport:
+                      max_points: int | None = None) -> ConvergenceReport:
     """Judge convergence of a fitted estimator (``idata_``) or an ``InferenceData``.
 
     Parameters
@@ -228,9 +228,9 @@ def check_convergence(fitted_or_idata, var_names=None, *, r_hat_max: float = 1.0
         Largest acceptable rank-normalised split R-hat (Vehtari et al. 2021).
     ess_min_per_chain : float, default 100
         Smallest acceptable bulk and tail ESS per chain (Vehtari et al. 2021).
-    max_points : int or None
-        Judge ``f`` at this many evenly spaced training points at most (``None`` judges
-        all of them).
+    max_points : int or None, default None
+        Judge ``f`` at this many evenly spaced training points at most; ``None`` judges every
+        one (10 000 values of 2 chains x 2000 draws take about 13 s on 2 cores).
 
     Returns
     -------

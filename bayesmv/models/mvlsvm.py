@@ -411,7 +411,7 @@ class MVLSVM(BaseMultiViewClassifier):
             constants = xr.merge([idata.constant_data, constants], join="outer")
             del idata.constant_data
         idata.add_groups(constant_data=constants)
-        convergence = self._judge(idata)
+        convergence = check_convergence(idata)
         # fitted state only now, in one step: a failure above leaves a previous fit intact
         self._commit(classes_=classes, layout_=data.layout,
                      standardizer_=standardizer, idata_=idata, feature_map_=fmap,
@@ -465,13 +465,6 @@ class MVLSVM(BaseMultiViewClassifier):
         return (f, None, log_w.T[:, :, None]), "PSIS-LOO"
 
     @staticmethod
-    def _judge(idata: az.InferenceData):
-        # f at ≤ 1000 quantities in all: ArviZ needs ~2 ms each, and 10 tasks × 1000 points
-        # took 19 s, longer than the sampler
-        n_tasks = int(idata.posterior.sizes["task"])
-        return check_convergence(idata, max_points=max(1, 1000 // n_tasks))
-
-    @staticmethod
     def _landmark_dataset(fmap: LandmarkMap, n_train: int) -> xr.Dataset:
         data = {"landmark_indices": ("landmark", fmap.landmark_indices_),
                 "gamma": ("view", fmap.gamma_), "n_train": ((), n_train),
@@ -500,7 +493,7 @@ class MVLSVM(BaseMultiViewClassifier):
             const["landmark_indices"].values,
             tuple(const[f"landmarks_{v}"].values for v in range(n_views)),
             const["gamma"].values, self.impute, *prior, whiten=whiten)
-        self.convergence_ = self._judge(self.idata_)
+        self.convergence_ = check_convergence(self.idata_)
 
     # ------------------------------------------------------------ fitted info
     @property
