@@ -5,7 +5,8 @@ table), labels from a nonlinear function of a shared latent, N = 1000 ... 10000,
 defaults (``--paper-sizes``: the paper's m = 20, M = 100, as in the runs recorded before
 2026-11-27).  Two chains run in parallel on the two cores; "s/iter" is wall
 time per iteration of both chains, ESS is the bulk ESS of the training decision values f
-(min and median over up to 1000 evenly spaced points), and ESS/s divides it by the whole
+(min and median over every training point; up to 1000 evenly spaced
+points in the runs recorded before 2026-11-29, stop 55), and ESS/s divides it by the whole
 sampling wall time, tuning included.  The paper's MATLAB code needed 27.7 s per iteration at
 N = 10000.  NUTS samples the same posterior (the hinge itself, λ never introduced) through
 nutpie when it is installed (``pip install "bayesmv[fast]"``), else through PyMC.
