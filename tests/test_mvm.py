@@ -168,6 +168,7 @@ def test_log_posterior_and_gradient(cfg):
                               s=cfg.get("s", 1.0), C=cfg.get("C", 1.0),
                               scale_prior=cfg.get("scale_prior"))
     assert lp == pytest.approx(ref, rel=1e-10)
+    assert flat.logp(x) == pytest.approx(ref, rel=1e-10)  # the value alone (Laplace's k̂)
     h = 1e-6
     for j in rng.choice(flat.size, size=min(flat.size, 25), replace=False):
         e = np.zeros(flat.size)

@@ -665,7 +665,7 @@ def gaussian_at_mode(built: BuiltModel, flat: FlatLogp, mode: np.ndarray, draws:
             lap = laplace_approximation(flat, mode, curvature="diagonal",
                                         neg_hessian_diagonal=fast_diagonal(built, flat))
     X, log_q = lap.sample(draws, rng)
-    return lap, X, pareto_khat([flat(x)[0] for x in X], log_q)
+    return lap, X, pareto_khat([flat.logp(x) for x in X], log_q)
 
 
 def fit_laplace(built: BuiltModel, settings: EngineSettings

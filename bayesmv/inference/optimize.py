@@ -57,7 +57,9 @@ class FlatLogp:
         self._grads = pt.grad(logp, self.value_vars)  # kept for the Hessian-vector product
         self._fn = model.compile_fn([logp, *self._grads], inputs=self.value_vars,
                                     point_fn=False)
+        self._logp = logp
         self._hvp_fn: Callable | None = None
+        self._value_fn: Callable | None = None
         self.n_evals = 0
 
     # ------------------------------------------------------------ packing
@@ -83,6 +85,14 @@ class FlatLogp:
         self.n_evals += 1
         out = self._fn(*self._args(x))
         return float(out[0]), np.concatenate([np.asarray(g).ravel() for g in out[1:]])
+
+    def logp(self, x: np.ndarray) -> float:
+        """``log p(x)`` alone: a third of the cost of value and gradient, for the many
+        evaluations that need no gradient (a Laplace approximation's importance ratios)."""
+        if self._value_fn is None:
+            self._value_fn = self.model.compile_fn(self._logp, inputs=self.value_vars,
+                                                   point_fn=False)
+        return float(self._value_fn(*self._args(x)))
 
     def hvp(self, x: np.ndarray, v: np.ndarray) -> np.ndarray:
         """Exact Hessian-vector product ``∇² log p(x) · v`` (double back-propagation)."""
