@@ -64,7 +64,6 @@ def _autocov(x: np.ndarray) -> np.ndarray:
 def _ess(x: np.ndarray) -> np.ndarray:
     """Effective sample size of (quantity, chain, draw) draws, by Geyer's initial monotone
     sequence of the multi-chain autocorrelation (ArviZ's ``_ess``, vectorised)."""
-    x = np.asarray(x, dtype=float)
     q, c, d = x.shape
     out = np.full(q, float(c * d))  # a constant quantity's (ArviZ's convention)
     varying = (x.max(axis=(1, 2)) - x.min(axis=(1, 2))) >= np.finfo(float).resolution
@@ -124,9 +123,9 @@ def diagnostics(values: np.ndarray) -> dict[str, np.ndarray]:
         raise ValueError(f"values must have shape (chain, draw, quantity), got {values.shape}")
     q = values.shape[2]
     out = {k: np.full(q, np.nan) for k in COLUMNS}
-    ok = np.flatnonzero(~np.isnan(values).any(axis=(0, 1)))
     if values.shape[1] < 4:
         return out
+    ok = np.flatnonzero(~np.isnan(values).any(axis=(0, 1)))
     for start in range(0, len(ok), BLOCK):
         cols = ok[start:start + BLOCK]
         # (quantity, chain, draw): every step works along contiguous draws
