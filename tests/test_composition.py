@@ -54,6 +54,7 @@ from bayesmv.components import (
 from bayesmv.datasets import load_multiple_features
 from bayesmv.inference.engines import INFERENCES
 from bayesmv.inference.optimize import TaskBlockGaussian
+from bayesmv.models.composed import _posterior_directions
 from bayesmv.models.mvm import DEFAULT_ENSEMBLE
 
 V = 3  # views in the small problem
@@ -840,6 +841,15 @@ def test_block_metric_exact_strategy_is_the_graphs_gaussian(three_classes, monke
             assert np.abs(cov[rows, other]).max() < 1e-8 * scale
     D = posterior.marginal_directions()
     np.testing.assert_allclose(np.sum(D**2, axis=0), np.diag(cov), atol=1e-8 * scale)
+    # the predictive keeps the moved points of the free variables only (not f at every
+    # training row), each the graph's own value there
+    mean, moved = _posterior_directions(built)
+    assert set(moved) == {rv.name for rv in built.model.free_RVs} and "f" in mean
+    full = engines.point_function(built)
+    for k in (0, len(D) - 1):
+        point = full(flat.to_point(posterior.mean + D[k]))
+        for name, stacked in moved.items():
+            np.testing.assert_array_equal(stacked[k], point[name])
     draws, _ = posterior.sample(20000, np.random.default_rng(0))
     (r0, F0), (r1, _) = posterior.blocks[:2]
     np.testing.assert_allclose(np.cov(draws[:, r0].T), F0 @ F0.T, atol=0.05 * scale)

@@ -270,13 +270,18 @@ def resolve(built: BuiltModel, inference: str) -> str:
 
 
 # ------------------------------------------------------------------ packaging
-def point_function(built: BuiltModel) -> Callable[[dict], dict]:
-    """Compiled map from a point of value variables to every named variable (and ``f``),
-    compiled once per built model."""
-    if "point_function" in built.cache:
-        return built.cache["point_function"]
+def point_function(built: BuiltModel, free_only: bool = False) -> Callable[[dict], dict]:
+    """Compiled map from a point of value variables to every named variable (and ``f``), or
+    with ``free_only`` to the free random variables alone (what a predictor reads; ``f`` at
+    every training row is most of the work and memory of the full map), compiled once per
+    built model."""
+    key = "free_point_function" if free_only else "point_function"
+    if key in built.cache:
+        return built.cache[key]
     model = built.model
-    outs = [o for o in model.unobserved_value_vars if not is_transformed_name(o.name)]
+    free = {rv.name for rv in model.free_RVs}
+    outs = [o for o in model.unobserved_value_vars if not is_transformed_name(o.name)
+            and (not free_only or o.name in free)]
     fn = model.compile_fn(outs, inputs=model.value_vars, point_fn=False)
     names = [o.name for o in outs]
     order = [v.name for v in model.value_vars]
@@ -284,7 +289,7 @@ def point_function(built: BuiltModel) -> Callable[[dict], dict]:
     def evaluate(point: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return dict(zip(names, fn(*[point[n] for n in order]), strict=True))
 
-    built.cache["point_function"] = evaluate
+    built.cache[key] = evaluate
     return evaluate
 
 
