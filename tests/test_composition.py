@@ -616,6 +616,21 @@ def test_a_large_chosen_metric_is_saved_as_an_array_not_as_json(small, monkeypat
             np.testing.assert_array_equal(loaded.builder_.combiner.metric, metric)
             np.testing.assert_array_equal(loaded.predict_proba(Xt), fitted.predict_proba(Xt))
     assert isinstance(fitted.builder_.combiner.metric, np.ndarray)  # saving left it alone
+    # the saved builder is scikit-learn's clone with the reference in place, made without
+    # copying the metric: every other parameter equal and copied, as clone copies them
+    refs = {"combiner__metric": name}
+    saved = composed_module.clone_replacing(fitted.builder_, refs).get_params(deep=True)
+    original = fitted.builder_.get_params(deep=True)
+    expected = clone(fitted.builder_).set_params(**refs).get_params(deep=True)
+    assert saved.keys() == expected.keys()
+    for key, value in expected.items():
+        if hasattr(value, "get_params"):
+            assert type(saved[key]) is type(value) and saved[key] is not original[key]
+        elif isinstance(value, np.ndarray):
+            np.testing.assert_array_equal(saved[key], value)
+            assert not np.shares_memory(saved[key], original[key])
+        else:
+            assert saved[key] == value, key
 
 
 def test_the_block_metric_criterion_keeps_what_is_given_and_refuses_a_free_noise(small):
