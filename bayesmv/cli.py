@@ -45,12 +45,13 @@ __all__ = ["MAIN_CHAINS", "QUICK", "build_parser", "main", "parse_args", "run", 
 # this filter covers re-imports only; the import-time one must be filtered there.)
 _ARVIZ_REFACTOR = r"\s*ArviZ is undergoing a major refactor"
 
-#: settings of ``--quick``: a real fit in 50-60 s on two cores (seed 0, M = 30: max R-hat of f and
-#: τ 1.010, min bulk ESS 424; M = 40: 1.011, 371; M = 50, seeds 0 and 1: 1.020 / 1.016,
-#: 292 / 200); 400 + 700
-#: draws took 40-50 s but gave a min bulk ESS of 129 / 76 / 50 on seeds 0, 1, 2 (M = 50), and
-#: 150 + 150 gave R-hat 1.089 and ESS 20
-QUICK: dict[str, int | str] = {"draws": 1000, "tune": 500, "chains": 2, "n_frequencies": 30,
+#: settings of ``--quick``: a real fit in about 40 s on two cores.  With 2 x (500 + 2000)
+#: draws, seeds 0, 1, 2 (split and sampler): max R-hat of f and τ 1.011 / 1.008 / 1.008, min
+#: bulk ESS 530 / 338 / 905, 38-39 s in all (2026-11-29; chosen on seeds 11 and 12, where
+#: 4 x 1000 gave R-hat 1.014 / 1.007, ESS 543 / 980).  With 1000 draws the run took 26-28 s,
+#: but seed 0 gave R-hat 1.027 and a min bulk ESS of 92 (1.017 / 182, 1.009 / 533 on seeds
+#: 1, 2); 150 + 150 gave R-hat 1.089, ESS 20
+QUICK: dict[str, int | str] = {"draws": 2000, "tune": 500, "chains": 2, "n_frequencies": 30,
                                "latent_dim": "auto"}
 _TUNED = tuple(QUICK)
 #: chains of the full run: R-hat compares chains, and Vehtari et al. (2021) ask for at least

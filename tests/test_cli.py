@@ -38,7 +38,7 @@ def test_defaults_are_the_estimator_defaults_with_four_chains():
 def test_quick_preset_and_explicit_options_win():
     args = cli.parse_args(["--quick"])
     assert {k: getattr(args, k) for k in cli.QUICK} == cli.QUICK
-    assert cli.QUICK == {"draws": 1000, "tune": 500, "chains": 2, "n_frequencies": 30,
+    assert cli.QUICK == {"draws": 2000, "tune": 500, "chains": 2, "n_frequencies": 30,
                          "latent_dim": "auto"}
     args = cli.parse_args(["--quick", "--draws", "400", "--latent-dim", "4"])
     assert args.draws == 400 and args.latent_dim == 4
