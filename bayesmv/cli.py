@@ -47,10 +47,9 @@ _ARVIZ_REFACTOR = r"\s*ArviZ is undergoing a major refactor"
 
 #: settings of ``--quick``: a real fit in about 40 s on two cores.  With 2 x (500 + 2000)
 #: draws, seeds 0, 1, 2 (split and sampler): max R-hat of f and τ 1.011 / 1.008 / 1.008, min
-#: bulk ESS 530 / 338 / 905, 38-39 s in all (2026-11-29; chosen on seeds 11 and 12, where
-#: 4 x 1000 gave R-hat 1.014 / 1.007, ESS 543 / 980).  With 1000 draws the run took 26-28 s,
-#: but seed 0 gave R-hat 1.027 and a min bulk ESS of 92 (1.017 / 182, 1.009 / 533 on seeds
-#: 1, 2); 150 + 150 gave R-hat 1.089, ESS 20
+#: bulk ESS 530 / 338 / 905, 38-39 s in all (2026-11-29).  Chosen on seeds 11 and 12: 2 x 2000
+#: gave 1.007 / 1.006 and ESS 757 / 834, 4 x 1000 1.014 / 1.007 and 543 / 980.  With 2 x 1000
+#: the run took 26-28 s, but seed 0 gave R-hat 1.027 and a min bulk ESS of 92
 QUICK: dict[str, int | str] = {"draws": 2000, "tune": 500, "chains": 2, "n_frequencies": 30,
                                "latent_dim": "auto"}
 _TUNED = tuple(QUICK)

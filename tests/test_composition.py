@@ -631,6 +631,11 @@ def test_a_large_chosen_metric_is_saved_as_an_array_not_as_json(small, monkeypat
             assert not np.shares_memory(saved[key], original[key])
         else:
             assert saved[key] == value, key
+    # a replacement is stored as given, not copied; a name the builder lacks is refused
+    replaced = composed_module.clone_replacing(fitted.builder_, {"combiner__metric": metric})
+    assert replaced.combiner.metric is metric and replaced.combiner is not fitted.builder_.combiner
+    with pytest.raises(ValueError, match="no parameter"):
+        composed_module.clone_replacing(fitted.builder_, {"combiner__metrik": metric})
 
 
 def test_the_block_metric_criterion_keeps_what_is_given_and_refuses_a_free_noise(small):
@@ -859,12 +864,14 @@ def test_block_metric_exact_strategy_is_the_graphs_gaussian(three_classes, monke
     # the predictive keeps the moved points of the free variables only (not f at every
     # training row), each the graph's own value there
     mean, moved = _posterior_directions(built)
-    assert set(moved) == {rv.name for rv in built.model.free_RVs} and "f" in mean
+    assert set(moved) == set(mean) == {rv.name for rv in built.model.free_RVs}
     full = engines.point_function(built)
+    at_mean = full(flat.to_point(posterior.mean))
     for k in (0, len(D) - 1):
         point = full(flat.to_point(posterior.mean + D[k]))
         for name, stacked in moved.items():
             np.testing.assert_array_equal(stacked[k], point[name])
+            np.testing.assert_array_equal(mean[name], at_mean[name])
     draws, _ = posterior.sample(20000, np.random.default_rng(0))
     (r0, F0), (r1, _) = posterior.blocks[:2]
     np.testing.assert_allclose(np.cov(draws[:, r0].T), F0 @ F0.T, atol=0.05 * scale)

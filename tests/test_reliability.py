@@ -522,9 +522,10 @@ def test_load_never_unpickles(fitted, tmp_path, monkeypatch):
         # PyTensor reads the keys of its compiled C modules (its own files on this machine)
         # whenever it compiles one that is new to the process; refusing those leaves its
         # cache broken for every later test in this worker
-        if compiledir in Path(getattr(file, "name", "")).resolve().parents:
+        name = getattr(file, "name", None)
+        if isinstance(name, str | os.PathLike) and compiledir in Path(name).resolve().parents:
             return unpickle_file(file, *args, **kwargs)
-        raise AssertionError(f"load used pickle on {getattr(file, 'name', file)!r}")
+        raise AssertionError(f"load used pickle on {name if name is not None else file!r}")
 
     monkeypatch.setattr(pickle, "load", refuse_but_pytensors_cache)
     monkeypatch.setattr(pickle, "loads", refuse)

@@ -270,16 +270,16 @@ def resolve(built: BuiltModel, inference: str) -> str:
 
 
 # ------------------------------------------------------------------ packaging
-def point_function(built: BuiltModel, free_only: bool = False) -> Callable[[dict], dict]:
+def point_function(built: BuiltModel, *, free_only: bool = False) -> Callable[[dict], dict]:
     """Compiled map from a point of value variables to every named variable (and ``f``), or
-    with ``free_only`` to the free random variables alone (what a predictor reads; ``f`` at
-    every training row is most of the work and memory of the full map), compiled once per
-    built model."""
+    with ``free_only`` to the free random variables alone (what a predictor reads, without
+    ``f`` and the other deterministics at every training row), compiled once per built model
+    and choice."""
     key = "free_point_function" if free_only else "point_function"
     if key in built.cache:
         return built.cache[key]
     model = built.model
-    free = {rv.name for rv in model.free_RVs}
+    free = _free_names(built)
     outs = [o for o in model.unobserved_value_vars if not is_transformed_name(o.name)
             and (not free_only or o.name in free)]
     fn = model.compile_fn(outs, inputs=model.value_vars, point_fn=False)

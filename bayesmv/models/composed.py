@@ -52,15 +52,15 @@ def default_builder() -> ModelBuilder:
 
 
 def _posterior_directions(built: BuiltModel) -> tuple[dict, dict[str, np.ndarray]]:
-    """The exact Gaussian posterior (the engine's, computed once per built model): its mean as
-    a named point, and the mean moved by each of its K marginal directions (the columns of its
-    covariance factor; for a task-separable posterior every task's k-th column at once, which
-    the closed-form predictive, reading one task at a time, may combine), stacked per free
-    variable, ``{name: (K, *shape)}``.  Free variables only, which is what a predictor reads:
-    with every named variable, ``f`` at each training row made most of the memory (about
-    700 MB for the ten UCI digits' block metric) and of the time."""
+    """The exact Gaussian posterior (the engine's, computed once per built model) as points of
+    the free variables, which is all a predictor reads: its mean, and the mean moved by each
+    of its K marginal directions (the columns of its covariance factor; for a task-separable
+    posterior every task's k-th column at once, which the closed-form predictive, reading one
+    task at a time, may combine), stacked once, ``{name: (K, *shape)}``.  Held as full named
+    points (``f`` at every training row too) and stacked again at every prediction, they took
+    643 MB and a predict_proba peak of 944 MB on the ten UCI digits' block metric; now 373 MB
+    (the factor itself) and 375 MB."""
     flat, posterior = engines.exact_posterior(built)
-    mean = engines.point_function(built)(flat.to_point(posterior.mean))
     to_free = engines.point_function(built, free_only=True)
     directions = posterior.marginal_directions()
     moved: dict[str, np.ndarray] = {}
@@ -69,7 +69,7 @@ def _posterior_directions(built: BuiltModel) -> tuple[dict, dict[str, np.ndarray
             if name not in moved:
                 moved[name] = np.empty((len(directions), *np.shape(value)))
             moved[name][k] = value
-    return mean, moved
+    return to_free(flat.to_point(posterior.mean)), moved
 
 
 #: builder parameters with more numbers than this (a criterion's learned metric, one
@@ -88,20 +88,27 @@ def large_array_params(builder: ModelBuilder) -> dict[str, np.ndarray]:
 
 def clone_replacing(estimator: Any, replacements: dict[str, Any]) -> Any:
     """``sklearn.base.clone`` with the parameters named in ``replacements`` (deep names, as
-    ``get_params(deep=True)`` gives them) set to the given values instead of copied.  Cloning
-    deep-copies every array; a criterion's learned metric (390 MB on the ten UCI digits)
-    would be copied only to be replaced by a reference."""
-    params = {}
-    for name, value in estimator.get_params(deep=False).items():
+    ``get_params(deep=True)`` gives them) set to the given values, which are not copied.
+    Cloning deep-copies every array; a criterion's learned metric (390 MB on the ten UCI
+    digits) would be copied only to be replaced by a reference.  Like ``clone`` for the
+    package's pieces, which define no ``__sklearn_clone__`` or metadata routing."""
+    params = estimator.get_params(deep=False)
+    unknown = {key.split("__")[0] for key in replacements} - set(params)
+    if unknown:
+        raise ValueError(f"{type(estimator).__name__} has no parameter {sorted(unknown)}")
+    out = {}
+    for name, value in params.items():
         inner = {key.removeprefix(f"{name}__"): v for key, v in replacements.items()
                  if key.startswith(f"{name}__")}
         if name in replacements:
-            params[name] = replacements[name]
+            if inner:
+                raise ValueError(f"{name!r} is replaced whole and in part: {sorted(inner)}")
+            out[name] = replacements[name]
         elif inner:
-            params[name] = clone_replacing(value, inner)
+            out[name] = clone_replacing(value, inner)
         else:
-            params[name] = clone(value, safe=False)
-    return type(estimator)(**params)
+            out[name] = clone(value, safe=False)
+    return type(estimator)(**out)
 
 
 def criterion_attrs(info: dict[str, Any]) -> dict[str, Any]:
