@@ -62,14 +62,13 @@ def _posterior_directions(built: BuiltModel) -> tuple[dict, dict[str, np.ndarray
     (the factor itself) and 375 MB."""
     flat, posterior = engines.exact_posterior(built)
     to_free = engines.point_function(built, free_only=True)
+    mean = to_free(flat.to_point(posterior.mean))
     directions = posterior.marginal_directions()
-    moved: dict[str, np.ndarray] = {}
+    moved = {name: np.empty((len(directions), *np.shape(value))) for name, value in mean.items()}
     for k, direction in enumerate(directions):
         for name, value in to_free(flat.to_point(posterior.mean + direction)).items():
-            if name not in moved:
-                moved[name] = np.empty((len(directions), *np.shape(value)))
             moved[name][k] = value
-    return to_free(flat.to_point(posterior.mean)), moved
+    return mean, moved
 
 
 #: builder parameters with more numbers than this (a criterion's learned metric, one
@@ -490,12 +489,13 @@ class MultiViewClassifier(BaseMultiViewClassifier):
             _, targets = self._training_data()
             noise = self._noise_variance({}, 1)[0]
             n_directions = len(next(iter(directions.values()), ()))
-            means, variances = [], []
+            means, variances, var_b = [], [], None
             for process in processes:
                 mean, var, coef = process.moments(at_mode, targets, noise)
-                b = process.process_mean(at_mode)
-                var_b = sum((process.process_mean({n: d[k] for n, d in directions.items()})
-                             - b) ** 2 for k in range(n_directions))
+                if var_b is None:  # the bias's variance: no new row enters it
+                    b = process.process_mean(at_mode)
+                    var_b = sum((process.process_mean({n: d[k] for n, d in directions.items()})
+                                 - b) ** 2 for k in range(n_directions))
                 means.append(mean)
                 variances.append(var[:, None] + coef[:, None] ** 2 * var_b[None, :])
             return np.concatenate(means), np.concatenate(variances)
