@@ -108,3 +108,48 @@ def test_interweaving_leaves_a_factor_model_posterior_invariant():
         if not step.tune:
             draws.append(point["tau_log__"][0])
     assert stats.kstest(np.array(draws)[::3], lambda x: np.interp(x, grid, cdf)).pvalue > 1e-3
+
+
+def test_views_per_step_moves_a_random_subset_of_the_views(model):
+    """With ``views_per_step=1`` each step proposes for one view drawn at random: the other
+    view's τ stays, both views get moved over a few steps, and H moves only with an accepted τ
+    (it is the move's function of ξ). A bound below one is refused."""
+    built, point, _, spec = model
+    step = NoiseInterweavingMove([built.model.value_vars[0]], spec, views_per_step=1,
+                                 model=built.model, rng=np.random.default_rng(5))
+    moved = set()
+    for _ in range(40):
+        new, _ = step.step(point)
+        changed = np.flatnonzero(new["tau_log__"] != point["tau_log__"])
+        assert len(changed) <= 1
+        assert (len(changed) == 1) == (not np.array_equal(new["H"], point["H"]))
+        moved.update(changed.tolist())
+        point = new
+    assert moved == {0, 1}
+    with pytest.raises(ValueError, match="views_per_step must be None or at least 1"):
+        NoiseInterweavingMove([built.model.value_vars[0]], spec, views_per_step=0,
+                              model=built.model)
+
+
+def test_idle_tuning_leaves_the_first_tuning_iterations_alone(model):
+    """``idle_tuning=3``: the first three tuning steps return the point unchanged and adapt
+    nothing; then the move runs (and τ or H changes within a few steps); a new chain
+    (``reset_tuning``) is idle again."""
+    built, point, _, spec = model
+    step = NoiseInterweavingMove([built.model.value_vars[0]], spec, idle_tuning=3,
+                                 model=built.model, rng=np.random.default_rng(2))
+    log_step = step.log_step.copy()
+    for _ in range(3):
+        new, _ = step.step(point)
+        np.testing.assert_array_equal(new["tau_log__"], point["tau_log__"])
+        np.testing.assert_array_equal(new["H"], point["H"])
+    np.testing.assert_array_equal(step.log_step, log_step)
+    moved = False
+    for _ in range(10):
+        new, _ = step.step(point)
+        moved |= not np.array_equal(new["tau_log__"], point["tau_log__"])
+    assert moved
+    assert not np.array_equal(step.log_step, log_step)  # adapting now
+    step.reset_tuning()
+    new, _ = step.step(point)
+    np.testing.assert_array_equal(new["tau_log__"], point["tau_log__"])
