@@ -71,8 +71,8 @@ from bayesmv.inference.svm import HingeGibbs, HingeGibbsSpec
 
 RESULTS = Path(__file__).resolve().parent / "results" / "sbc.txt"
 #: the package files (under bayesmv/) that define the two sampled models and their samplers
-SAMPLER_SOURCES = tuple(f"inference/{f}.py" for f in ("gibbs", "hmc", "group_moves", "sample",
-                                                       "spec", "svm")) + tuple(
+SAMPLER_SOURCES = tuple(f"inference/{f}.py" for f in ("gibbs", "hmc", "group_moves", "interweave",
+                                                       "sample", "spec", "svm")) + tuple(
     f"components/{f}.py" for f in ("latent", "features", "combine", "likelihoods", "landmarks"))
 
 
