@@ -154,7 +154,6 @@ class NoiseInterweavingMove(GibbsBlockStep):
         # the centred conditional's sd of log τ_v, about 1/sqrt(n D_v / 2), as a start
         sizes = np.array([Xo.size for Xo in self.spec.views], dtype=float)
         self.log_step = np.log(1.0 / np.sqrt(0.5 * sizes))
-        self.iteration = 0
         self.tuning_iteration = 0
 
     def reset_tuning(self):
@@ -174,8 +173,6 @@ class NoiseInterweavingMove(GibbsBlockStep):
         else:
             views = self.rng.choice(s.n_views, self.views_per_step, replace=False)
         accepted = np.zeros(len(views))
-        if self.tune:
-            self.iteration += 1
         for i, v in enumerate(views):
             log_tau = float(np.log(density.tau[v]))
             proposal = log_tau + float(np.exp(self.log_step[v])) * self.rng.standard_normal()
@@ -186,7 +183,9 @@ class NoiseInterweavingMove(GibbsBlockStep):
                 current, H, accepted[i] = value, moved, 1.0
             if self.tune:
                 rate = float(np.exp(min(log_ratio, 0.0)))
-                self.log_step[v] += (rate - 0.44) / np.sqrt(self.iteration)
+                # the gain falls with the tuning sweeps the move has run
+                active = self.tuning_iteration - self.idle_tuning
+                self.log_step[v] += (rate - 0.44) / np.sqrt(active)
         new = dict(point)
         new["H"] = H
         new["tau_log__"] = np.log(density.tau)
