@@ -25,17 +25,19 @@ pseudo-likelihood of the training rows averaged over ten consecutive blocks of t
 iterations and ten of the draws: whether each chain reached the region its draws come from
 before the draws began (a chain that arrives late shows as a trend in its first blocks).
 
-``--task``: the tasks of ``benchmarks/accuracy.py``.  ``digits-AvB``: other UCI pairs, the
-same split.  ``breast-cancer``: scikit-learn's bundled Wisconsin diagnostic breast-cancer data
-as three views of each sample's ten cell-nucleus measurements (their means, standard errors
-and worst values), the same 75/25 stratified split with ``random_state=0``.
+``--task``: the tasks of ``benchmarks/accuracy.py``.  ``digits-AvB``: any UCI pair, the
+same 75/25 split.  ``breast-cancer``: scikit-learn's bundled Wisconsin diagnostic breast-cancer
+data as three views of each sample's ten cell-nucleus measurements (their means, standard
+errors and worst values), the same 75/25 stratified split.
 ``synthetic-{quadratic,circle,xor}``: ``make_nonlinear_latent(n_samples=1000, view_dims=(100,
-50), random_seed=0)``, a 70/30 stratified split with ``random_state=0``.
+50), random_seed=0)``, a 70/30 stratified split.  Every split is stratified, with
+``random_state=0`` unless ``--split-seed`` says otherwise.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import time
 import warnings
 from contextlib import nullcontext
@@ -49,6 +51,7 @@ from sklearn.model_selection import train_test_split
 
 from bayesmv import M3LAK
 from bayesmv.components.likelihoods import hinge_log_pseudolikelihood
+from bayesmv.datasets import load_multiple_features
 from bayesmv.diagnostics.ppc import calibration
 from bayesmv.inference.sample import keep_warmup
 
@@ -118,7 +121,20 @@ def load_task(name: str) -> tuple[list[np.ndarray], np.ndarray, float]:
     for task, views, y, test_size in accuracy_tasks(quick=False):
         if _slug(task) == name:
             return views, y, test_size
+    pair = re.fullmatch(r"digits-(\d)v(\d)", name)
+    if pair is not None and pair[1] != pair[2]:
+        negative, positive = int(pair[1]), int(pair[2])
+        views, y = load_multiple_features(classes=(negative, positive))
+        return views, (y == positive).astype(int), 0.25
     raise ValueError(f"unknown task {name!r}")
+
+
+def task_name(text: str) -> str:
+    """``--task``'s type: a task of ``benchmarks/accuracy.py`` or any UCI pair ``digits-AvB``."""
+    if text in TASKS or re.fullmatch(r"digits-(\d)v(?!\1)\d", text):
+        return text
+    raise argparse.ArgumentTypeError(f"unknown task {text!r}: one of {', '.join(TASKS)} or "
+                                     "digits-AvB (A, B two different digits)")
 
 
 TASKS = tuple(_slug(task) for task, *_ in accuracy_tasks(quick=False))
@@ -145,13 +161,18 @@ def main() -> None:
     parser.add_argument("--tune", type=int, default=None, help="default: the estimator's")
     parser.add_argument("--set", nargs="+", default=[], metavar="NAME=VALUE",
                         help="other M3LAK parameters (numbers or strings), e.g. latent_dim=10")
-    parser.add_argument("--task", choices=TASKS, default="digits-3v5")
+    parser.add_argument("--task", type=task_name, default="digits-3v5",
+                        help=f"one of {', '.join(TASKS)} or any UCI pair digits-AvB")
+    parser.add_argument("--split-seed", type=int, default=0,
+                        help="random_state of the stratified train/test split (default 0)")
     parser.add_argument("--warmup", action="store_true",
                         help="keep the tuning iterations and print each chain's path")
     args = parser.parse_args()
     views, y, test_size = load_task(args.task)
-    print(f"# task {args.task}: views of {[v.shape[1] for v in views]} features, {len(y)} rows")
-    split = train_test_split(*views, y, test_size=test_size, stratify=y, random_state=0)
+    print(f"# task {args.task}: views of {[v.shape[1] for v in views]} features, {len(y)} rows, "
+          f"split seed {args.split_seed}")
+    split = train_test_split(*views, y, test_size=test_size, stratify=y,
+                             random_state=args.split_seed)
     X_train, X_test, y_train, y_test = split[0:-2:2], split[1:-2:2], split[-2], split[-1]
     extra = {k: v for k, v in (("draws", args.draws), ("tune", args.tune)) if v is not None}
     extra.update(parse_settings(args.set))
