@@ -104,7 +104,11 @@ def auto_latent_dims(view_sizes, view_latent_dim: int | None = None,
     of 3).  And each view-specific column competes with the shared columns for the same variance
     even where no exact fit is possible: on the UCI digits 3 vs 5 (4 chains of 500 + 2000) K = 5
     gave a smallest bulk ESS of f of 111-781 over three seeds, and of 19-28 with the 6-feature
-    view left out, where K = 1 gave 509-944 with the same test accuracy and Brier score.
+    view left out, where K = 1 gave 509-944 with the same test accuracy and Brier score.  K = 2
+    converged fits that K = 1 did not (UCI digits 0 vs 8: τ's R-hat 1.74 → 1.007) but the
+    second private column takes discriminative variance from the shared latent, which the
+    classifier reads: on the digits 3 vs 5 (five 80/20 splits) accuracy 0.970 and Brier
+    0.0236 against K = 1's 0.980 and 0.0202, and at 1600 rows a view's τ stopped mixing.
     """
     K = AUTO_VIEW_LATENT_DIM if view_latent_dim is None else int(view_latent_dim)
     typical = int(np.median(np.asarray(view_sizes)))
