@@ -121,17 +121,24 @@ def load_task(name: str) -> tuple[list[np.ndarray], np.ndarray, float]:
     for task, views, y, test_size in accuracy_tasks(quick=False):
         if _slug(task) == name:
             return views, y, test_size
-    pair = re.fullmatch(r"digits-(\d)v(\d)", name)
-    if pair is not None and pair[1] != pair[2]:
-        negative, positive = int(pair[1]), int(pair[2])
-        views, y = load_multiple_features(classes=(negative, positive))
-        return views, (y == positive).astype(int), 0.25
+    pair = digit_pair(name)
+    if pair is not None:
+        views, y = load_multiple_features(classes=pair)
+        return views, (y == pair[1]).astype(int), 0.25
     raise ValueError(f"unknown task {name!r}")
+
+
+def digit_pair(name: str) -> tuple[int, int] | None:
+    """The two digits of a task ``digits-AvB`` (A the negative class), or None."""
+    pair = re.fullmatch(r"digits-(\d)v(\d)", name)
+    if pair is None or pair[1] == pair[2]:
+        return None
+    return int(pair[1]), int(pair[2])
 
 
 def task_name(text: str) -> str:
     """``--task``'s type: a task of ``benchmarks/accuracy.py`` or any UCI pair ``digits-AvB``."""
-    if text in TASKS or re.fullmatch(r"digits-(\d)v(?!\1)\d", text):
+    if text in TASKS or digit_pair(text) is not None:
         return text
     raise argparse.ArgumentTypeError(f"unknown task {text!r}: one of {', '.join(TASKS)} or "
                                      "digits-AvB (A, B two different digits)")
