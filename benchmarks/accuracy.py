@@ -34,10 +34,16 @@ from bayesmv.datasets import (
 from bayesmv.diagnostics import ConvergenceWarning
 
 
+def uci_pair(negative: int, positive: int):
+    """The UCI Multiple Features digits ``negative`` against ``positive`` (label 1): the six
+    views, the labels and the test fraction of every UCI pair task here."""
+    X, y = load_multiple_features(classes=(negative, positive))
+    return X, (y == positive).astype(int), 0.25
+
+
 def tasks(quick: bool):
-    for digits in [(3, 5), (1, 7), (6, 9)]:
-        X, y = load_multiple_features(classes=digits)
-        yield f"UCI {digits[0]} vs {digits[1]}", X, (y == digits[1]).astype(int), 0.25
+    for negative, positive in [(3, 5), (1, 7), (6, 9)]:
+        yield f"UCI {negative} vs {positive}", *uci_pair(negative, positive)
     # a second real data set: each sample's ten nucleus measurements as three views (their
     # means, standard errors and worst values), bundled with scikit-learn
     yield "breast cancer", *load_breast_cancer_views(), 0.25

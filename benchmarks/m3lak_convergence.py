@@ -46,12 +46,12 @@ import arviz as az
 import numpy as np
 import xarray as xr
 from accuracy import tasks as accuracy_tasks
+from accuracy import uci_pair
 from scipy import signal
 from sklearn.model_selection import train_test_split
 
 from bayesmv import M3LAK
 from bayesmv.components.likelihoods import hinge_log_pseudolikelihood
-from bayesmv.datasets import load_multiple_features
 from bayesmv.diagnostics.ppc import calibration
 from bayesmv.inference.sample import keep_warmup
 
@@ -123,8 +123,7 @@ def load_task(name: str) -> tuple[list[np.ndarray], np.ndarray, float]:
             return views, y, test_size
     pair = digit_pair(name)
     if pair is not None:
-        views, y = load_multiple_features(classes=pair)
-        return views, (y == pair[1]).astype(int), 0.25
+        return uci_pair(*pair)
     raise ValueError(f"unknown task {name!r}")
 
 
