@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from bayesmv.components.features import fourier_features
+from bayesmv.components.latent import view_noise_terms
 from bayesmv.components.likelihoods import hinge_log_pseudolikelihood
 from bayesmv.inference.gibbs import (
     GibbsBlockStep,
@@ -75,6 +76,31 @@ class LatentScaleMove(GibbsBlockStep):
         return new, [{"latent_scale_change": float(np.max(np.abs(log_g)))}]
 
 
+def loading_scale_log_density(spec, r_j: np.ndarray, A: np.ndarray, B: np.ndarray,
+                               log_c: np.ndarray) -> np.ndarray:
+    """Per view v, log[π(moved) / π(current) × Jacobian] of ``W_{v,:j} → c_v W_{v,:j}``,
+    ``r_{vj} → r_{vj}/c_v²`` for one latent column j.
+
+    Terms: the loadings' N(0, 1/r) prior with W's Jacobian cancels once r moves with them; the
+    Gamma(a_r, b_r) prior of r with its Jacobian gives ``-2 a_r log c - b_r r (c⁻² - 1)``; and
+    the view's likelihood with U_v integrated out, ``x_n ~ N(W h_n, Ψ)``, changes by
+    ``(c - 1) A - ½ (c - 1)² B`` with ``A = w_jᵀ Ψ⁻¹ Eᵀ h_j`` (E the residuals ``X - H Wᵀ``) and
+    ``B = (w_jᵀ Ψ⁻¹ w_j)(h_jᵀ h_j)`` (:func:`loading_scale_terms`).
+    """
+    c = np.exp(log_c)
+    return (-2.0 * spec.a_r * log_c - spec.b_r * r_j * (c**-2 - 1.0)
+            + (c - 1.0) * A - 0.5 * (c - 1.0) ** 2 * B)
+
+
+def loading_scale_terms(W: np.ndarray, Q: np.ndarray, HtX: np.ndarray, HtH: np.ndarray,
+                        j: int) -> tuple[float, float]:
+    """``(A, B)`` of :func:`loading_scale_log_density` for one view's column j, from its
+    loadings W (D × m), ``Q = Ψ⁻¹ W`` and the cross products ``HᵀX`` (m × D) and ``HᵀH`` of
+    the rows that observe the view: ``Eᵀ h_j = (HᵀX)_j - W (HᵀH)_{:j}``."""
+    residual_cross = HtX[j] - W @ HtH[:, j]
+    return float(Q[:, j] @ residual_cross), float(W[:, j] @ Q[:, j]) * float(HtH[j, j])
+
+
 def frequency_scale_log_density(spec, nat: dict, log_c: float) -> float:
     """log[π(moved) × Jacobian] of ``(Ω, μ, σ²) → (cΩ, cμ, c²σ²)`` with β and H held, up to a
     constant: the hinge at the moved frequencies plus the spectral prior's own ratio (see its
@@ -105,6 +131,63 @@ class FrequencyScaleMove(GibbsBlockStep):
             0.1, self.rng)
         new = s.scaled_frequencies(point, nat, float(np.exp(log_c[0])))
         return new, [{"frequency_scale_change": float(abs(log_c[0]))}]
+
+
+class LoadingScaleMove(GibbsBlockStep):
+    """Each view's loading column with its ARD precision, ``(W_{v,:j}, r_{vj}) → (c W_{v,:j},
+    r_{vj}/c²)``, log c drawn from its exact conditional (Liu & Sabatti 2000).
+
+    The ARD prior makes ``(w_{vj}, r_{vj})`` a funnel: given r the column is shrunk towards 0
+    and given w, r follows ``1/‖w‖²``, so the Gibbs updates of :class:`LatentVariableGibbs`
+    walk along it by small steps.  In a view with few features (the UCI digits' ``mor``, five
+    after its constant column is dropped) that walk is the slowest direction of the sampler:
+    on the digits 3 vs 5 (2 chains of 1000 + 2000) the chains held a column of ``mor`` at
+    log r 4.2 and 6.9 (R-hat 1.38, bulk ESS 5), and its noise precision, which follows how much
+    of the view the columns explain, at R-hat 1.04.  Along the funnel the prior's terms cancel
+    and only the view's likelihood and r's Gamma prior remain, so a switched-off column's
+    scale moves freely.  Views are independent given the rest and are updated together; the
+    columns one at a time, in random order (each column's likelihood term reads the others).
+
+    Not in the default sweep (:func:`~bayesmv.inference.sample.hybrid_steps` says why): it
+    mixes the ARD states but did not converge more fits, and f's slowest values mixed no
+    better; a compound step can include it (it writes W and r).
+    """
+
+    stats_dtypes_shapes = {"loading_scale_change": (float, [])}
+    #: slice width in log c: a loading's log scale has posterior sd from about 0.03 (a column
+    #: the view uses) to several units (a switched-off column); shrinking and stepping out
+    #: cover both from one width
+    width = 1.0
+
+    def step(self, point):
+        s, nat = self.spec, self.spec.natural(point)
+        H, r = nat["H"], nat["r"].copy()
+        W = [nat[f"W_{v}"].copy() for v in range(s.n_views)]
+        Q, HtX, HtH = [], [], []
+        for v, (Xo, idx) in enumerate(zip(s.views, s.observed_index, strict=True)):
+            Ho = H[idx]
+            Q.append(view_noise_terms(W[v], nat[f"V_{v}"], float(nat["tau"][v]))[1])
+            HtX.append(Ho.T @ Xo)
+            HtH.append(Ho.T @ Ho)
+        largest = 0.0
+        for j in self.rng.permutation(s.latent_dim):
+            terms = np.array([loading_scale_terms(W[v], Q[v], HtX[v], HtH[v], j)
+                              for v in range(s.n_views)])
+            log_c = slice_sample_independent(
+                lambda x, j=j, terms=terms: loading_scale_log_density(
+                    s, r[:, j], terms[:, 0], terms[:, 1], x),
+                np.zeros(s.n_views), self.width, self.rng)
+            c = np.exp(log_c)
+            for v in range(s.n_views):
+                W[v][:, j] *= c[v]
+                Q[v][:, j] *= c[v]  # Ψ⁻¹ W is linear in W's columns
+            r[:, j] /= c**2
+            largest = max(largest, float(np.max(np.abs(log_c))))
+        new = dict(point)
+        for v in range(s.n_views):
+            new[f"W_{v}"] = W[v]
+        new["r_log__"] = np.log(r)
+        return new, [{"loading_scale_change": largest}]
 
 
 def frequency_prior_given_assignments(spec, nat: dict, rng) -> tuple[np.ndarray, np.ndarray]:

@@ -67,10 +67,18 @@ def hybrid_steps(built: BuiltModel, target_accept: float = 0.8, tune: int = 0) -
     halfway through tuning: where one view is explained almost exactly by the shared latent
     (the breast-cancer views' "worst" values) its τ's bulk ESS went from 584 to 1803 and f's
     from R-hat 1.0488 / min bulk ESS 57 to 1.0049 / 593 (tuning seed 13, 4 × (1000 + 2000)),
-    for about 10 % more time a sweep.  Not among the steps: :class:`BetaLambdaGibbs`'s global
-    rescaling of Ω given λ (``rescale=False`` here): λ pins every decision value, so it barely
-    moved the bandwidth, which ``CoefficientHMC`` now moves per column under the hinge
-    itself; dropping it saves two double-precision feature evaluations a sweep.
+    for about 10 % more time a sweep.
+    :class:`~bayesmv.inference.group_moves.LoadingScaleMove` (each view's loading column with
+    its ARD precision along ``r ‖w‖² = const``) is available but not in this list: it mixed
+    the ARD funnel of the 5-feature ``mor`` view (digits 3 vs 5, 2 chains: its τ from R-hat
+    1.044 / bulk ESS 37 to 1.012 / 592) but on twelve fits no default was chosen on it
+    converged the same nine and not the other three, lowered f's smallest bulk ESS on
+    breast cancer's seeds 0-2 (910 / 166 / 751 against 1043 / 782 / 909), and cost about
+    15 % of a sweep.  Not among the steps:
+    :class:`BetaLambdaGibbs`'s global rescaling of Ω given λ (``rescale=False`` here): λ pins
+    every decision value, so it barely moved the bandwidth, which ``CoefficientHMC`` now
+    moves per column under the hinge itself; dropping it saves two double-precision feature
+    evaluations a sweep.
     """
     spec = HybridSpec.from_built(built)
     model = built.model
