@@ -138,15 +138,15 @@ class LoadingScaleMove(GibbsBlockStep):
     r_{vj}/c²)``, log c drawn from its exact conditional (Liu & Sabatti 2000).
 
     The ARD prior makes ``(w_{vj}, r_{vj})`` a funnel: given r the column is shrunk towards 0
-    and given w, r follows ``1/‖w‖²``, so the Gibbs updates of :class:`LatentVariableGibbs`
-    walk along it by small steps.  In a view with few features (the UCI digits' ``mor``, five
-    after its constant column is dropped) that walk is the slowest direction of the sampler:
-    on the digits 3 vs 5 (2 chains of 1000 + 2000) the chains held a column of ``mor`` at
-    log r 4.2 and 6.9 (R-hat 1.38, bulk ESS 5), and its noise precision, which follows how much
-    of the view the columns explain, at R-hat 1.04.  Along the funnel the prior's terms cancel
-    and only the view's likelihood and r's Gamma prior remain, so a switched-off column's
-    scale moves freely.  Views are independent given the rest and are updated together; the
-    columns one at a time, in random order (each column's likelihood term reads the others).
+    and given w, r follows ``1/‖w‖²``, so the Gibbs updates of :class:`LatentVariableGibbs` walk
+    along it by small steps.  In a view with few features (the UCI digits' ``mor``, five after
+    its constant column is dropped) that walk is the slowest direction of the view's parameters:
+    on the digits 3 vs 5 (2 chains of 1000 + 2000) the chains held a column of ``mor`` at log r
+    4.2 and 6.9 (R-hat 1.38, bulk ESS 5), and its noise precision, which follows how much of the
+    view the columns explain, at R-hat 1.04.  Along the funnel the prior's terms cancel and only
+    the view's likelihood and r's Gamma prior remain, so a switched-off column's scale moves
+    freely.  Views are independent given the rest and are updated together; the columns one at a
+    time, in random order (each column's likelihood term reads the others).
 
     Not in the default sweep (:func:`~bayesmv.inference.sample.hybrid_steps` says why): it
     mixes the ARD states but did not converge more fits, and f's slowest values mixed no
