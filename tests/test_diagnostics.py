@@ -44,7 +44,7 @@ from bayesmv.diagnostics import (
     wilson_interval,
 )
 from bayesmv.diagnostics import report as write_report
-from bayesmv.diagnostics.convergence import warn_if_not_converged
+from bayesmv.diagnostics.convergence import separated_states, warn_if_not_converged
 from bayesmv.diagnostics.report import wall_time_summary
 from bayesmv.models.base import BaseMultiViewClassifier
 
@@ -195,6 +195,28 @@ def test_badly_initialised_chains_are_flagged_naming_the_quantity():
     assert not rep.ok
     assert any(w.startswith("R-hat of f is above 1.01") and "f[" in w for w in rep.warnings)
     assert not any("of tau" in w for w in rep.warnings)
+    # chains still relaxing from their starts: running longer is the remedy, not a mode
+    assert all("separate states" not in w for w in rep.warnings)
+
+
+def test_chains_in_separate_states_are_told_apart_from_slow_ones():
+    """Chains that each sit steady around their own value (a second mode, as when M3LAK's
+    views share a weak latent direction differently per chain) get a different remedy from
+    chains that are still relaxing: running longer does not cross a mode."""
+    rng = np.random.default_rng(7)
+    f = rng.normal(size=(4, 400, 3, 1))
+    tau = 1.0 + 0.01 * _ar1(rng, 4, 400, 2, 0.9)
+    tau[[1, 2], :, 1] += 0.08  # two chains against two, 8 within-chain sds apart
+    rep = check_convergence(_idata(f, tau=tau))
+    message = next(w for w in rep.warnings if w.startswith("R-hat of tau"))
+    assert "tau[1]" in message and "separate states" in message
+    assert "8 within-chain sds apart" in message
+    # the measure itself: steady chains apart; one drifting chain, or chains close, are not
+    steady = np.stack([np.zeros(100), np.ones(100)]) + 0.01 * rng.normal(size=(2, 100))
+    assert separated_states(steady) == pytest.approx(100, rel=0.2)
+    drifting = np.stack([np.linspace(0, 1, 100), np.linspace(0, 1, 100) + 0.5])
+    assert separated_states(drifting) is None
+    assert separated_states(rng.normal(size=(2, 100))) is None
 
 
 def test_a_sampler_that_never_moved_is_flagged():

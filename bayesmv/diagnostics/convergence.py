@@ -329,7 +329,8 @@ def check_convergence(fitted_or_idata, var_names=None, *, r_hat_max: float = 1.0
                             "run at least 2 chains.")
         for v, rows in table.groupby("variable", sort=False):
             problems += _variable_problems(v, rows, r_hat_max, ess_min, ess_min_per_chain,
-                                           n_chains)
+                                           n_chains, lambda label: _draws_of(idata, locations,
+                                                                             label))
     if n_div:
         problems.append(f"{n_div} divergent transitions after tuning: the sampler could not "
                         "follow the posterior's curvature there; raise target_accept or "
@@ -478,9 +479,45 @@ def _diagnostics_table(idata, selected: xr.Dataset, names: list[str]
     return table, locations
 
 
+#: chains whose means lie this many pooled within-chain sds apart, each chain steady, sit in
+#: separate states (:func:`separated_states`)
+SEPARATED_GAP = 4.0
+
+
+def separated_states(draws: np.ndarray, gap: float = SEPARATED_GAP) -> float | None:
+    """How far apart the chains' means are, in pooled within-chain sds, when the chains sit
+    in separate states; else None.
+
+    ``draws`` is (chain, draw).  Separate states: the largest difference of chain means is
+    above ``gap`` within-chain sds and every chain is steady, its two halves' means closer
+    than a quarter of that difference.  Chains still relaxing from their starts fail the
+    second test (their halves differ), so this tells a posterior whose modes the sampler
+    does not cross from a warm-up too short, for which running longer is the remedy.
+    """
+    draws = np.asarray(draws, dtype=float)
+    n_chains, n = draws.shape
+    if n_chains < 2 or n < 4:
+        return None
+    sd = float(np.sqrt(np.mean(np.var(draws, axis=1))))
+    means = draws.mean(axis=1)
+    spread = float(means.max() - means.min())
+    if not sd > 0 or spread <= gap * sd:
+        return None
+    half = n // 2
+    drift = np.abs(draws[:, :half].mean(axis=1) - draws[:, half:2 * half].mean(axis=1))
+    return spread / sd if float(drift.max()) < spread / 4.0 else None
+
+
+def _draws_of(idata, locations: dict, label: str) -> np.ndarray:
+    """(chain, draw) values of one row of the table."""
+    group, var, sel = locations[label]
+    return np.asarray(idata[group][var].sel(sel).values, dtype=float)
+
+
 def _variable_problems(v: str, rows: pd.DataFrame, r_hat_max: float, ess_min: float,
-                       per_chain: float, n_chains: int) -> list[str]:
-    """Plain sentences for one variable's rows of the table."""
+                       per_chain: float, n_chains: int, draws_of=None) -> list[str]:
+    """Plain sentences for one variable's rows of the table (``draws_of(label)``: that row's
+    (chain, draw) values, to say whether chains that disagree sit in separate states)."""
     out = []
     m = len(rows)
     where = "" if m == 1 else " for {k} of " + str(m) + " values"
@@ -492,9 +529,15 @@ def _variable_problems(v: str, rows: pd.DataFrame, r_hat_max: float, ess_min: fl
     high = rows["r_hat"] > r_hat_max
     if high.any():
         label, value = worst("r_hat", True)
+        apart = None if draws_of is None else separated_states(draws_of(label))
+        advice = ("the chains disagree; run longer, or check how the chains were started."
+                  if apart is None else
+                  f"the chains sit in separate states there (each steady, their means "
+                  f"{apart:.0f} within-chain sds apart): the posterior has modes the sampler "
+                  "does not cross, so running longer will not reliably mix them; more chains "
+                  "show how often each state occurs.")
         out.append(f"R-hat of {v} is above {r_hat_max:g}" + where.format(k=int(high.sum()))
-                   + f" (worst {value:.3f}, at {label}): the chains disagree; run longer, or "
-                   "check how the chains were started.")
+                   + f" (worst {value:.3f}, at {label}): {advice}")
     what = f"{per_chain:.0f} per chain x {n_chains} chain{'s' if n_chains > 1 else ''}"
     for column, name, advice in (
             ("ess_bulk", "Bulk effective sample size (ess bulk)",
