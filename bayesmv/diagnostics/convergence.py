@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import html
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import arviz as az
@@ -515,7 +516,8 @@ def _draws_of(idata, locations: dict, label: str) -> np.ndarray:
 
 
 def _variable_problems(v: str, rows: pd.DataFrame, r_hat_max: float, ess_min: float,
-                       per_chain: float, n_chains: int, draws_of=None) -> list[str]:
+                       per_chain: float, n_chains: int,
+                       draws_of: Callable[[str], np.ndarray] | None = None) -> list[str]:
     """Plain sentences for one variable's rows of the table (``draws_of(label)``: that row's
     (chain, draw) values, to say whether chains that disagree sit in separate states)."""
     out = []
