@@ -504,8 +504,9 @@ def separated_states(draws: np.ndarray, gap: float = SEPARATED_GAP) -> float | N
     spread = float(means.max() - means.min())
     if not sd > 0 or spread <= gap * sd:
         return None
-    half = n // 2
-    drift = np.abs(draws[:, :half].mean(axis=1) - draws[:, half:2 * half].mean(axis=1))
+    # each chain's halves as split R-hat takes them (chain_stats._split: C first, C last)
+    halves = chain_stats._split(draws[None])[0].mean(axis=1)
+    drift = np.abs(halves[:n_chains] - halves[n_chains:])
     return spread / sd if float(drift.max()) < spread / 4.0 else None
 
 
