@@ -14,6 +14,8 @@ error.
 
 from __future__ import annotations
 
+import copy
+import tempfile
 import warnings
 
 import numpy as np
@@ -167,6 +169,70 @@ def test_prior_draws_have_the_priors_mean_and_variance(built):
         rho = post["rho"].values.ravel()                                # U(0, 1)
         _assert_mean(rho, 0.5)
         _assert_mean((rho - 0.5) ** 2, 1.0 / 12.0)
+
+
+# ------------------------------------------------------------- a fitted preset's own graph
+#: preset → (fast settings, the free variables of its fitted graph: what the fit did not fix,
+#: the composed estimator's engine for it, or None where that would mean sampling)
+FITTED = {
+    "RhoTMVRKM": ({}, {"b"}, "map"),        # ϱ, γ_v and λ chosen by the criterion, fixed
+    "MVLSVM": ({}, {"beta", "bias"}, "map"),  # C and the probability's constant chosen
+    "MVML": ({}, {"g"}, "exact"),             # the metric learned, fixed
+    "MVM": ({"rank": 2, "ensemble": 2}, {"A_0", "A_1"}, "map"),
+    "M3LAK": ({"draws": 10, "tune": 10, "chains": 1},
+              {"H", "Omega", "V_0", "V_1", "W_0", "W_1", "beta", "dp_mu", "dp_sigma2",
+               "dp_sticks", "r", "tau"}, None),
+}
+
+
+@pytest.mark.parametrize("name", list(FITTED))
+def test_a_fitted_preset_holds_its_graph_with_the_fits_choices_fixed(name, data):
+    """``model_`` is ``builder_``'s graph on the training rows: PyMC's tools work on it, its
+    free variables are the ones the fit did not choose, and the composed estimator's generic
+    engine on ``builder_`` (an implementation independent of the preset's solver) predicts
+    as the preset."""
+    import bayesmv
+    from bayesmv import MultiViewClassifier
+
+    settings, free, inference = FITTED[name]
+    X, y = data
+    est = PRESETS[name][0](random_seed=0, **settings)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # M3LAK's few draws are flagged as unconverged
+        est.fit(X, y)
+    model = est.model_
+    assert est.model_ is model  # built once
+    assert {rv.name for rv in model.free_RVs} == free
+    assert len(model.coords["sample"]) == N_SAMPLES
+    assert isinstance(pm.model_to_graphviz(model), graphviz.Digraph)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "The effect of Potentials", UserWarning)
+        prior = pm.sample_prior_predictive(draws=5, model=model, random_seed=0)
+    assert all(np.all(np.isfinite(prior.prior[v].values)) for v in free)
+    if name == "M3LAK":  # the latent dimensions "auto" resolved to
+        view_latent = model.initial_point()["V_0"].shape[-1]
+        assert (len(model.coords["latent"]), view_latent) == est.latent_dims_
+    if inference is not None:
+        extra = ({"n_init": est.n_init, "ensemble": settings["ensemble"],
+                  "max_iter": est.max_iter, "tol": est.tol} if name == "MVM" else {})
+        composed = MultiViewClassifier(est.builder_, inference=inference, random_seed=0,
+                                       **extra).fit(X, y)
+        np.testing.assert_allclose(composed.predict_proba(X), est.predict_proba(X),
+                                   atol=1e-8)
+    # a copy rebuilds the graph instead of copying it; a refit replaces it
+    assert "_model" not in vars(copy.deepcopy(est))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est.fit([Xv[:40] for Xv in X], y[:40])
+    assert len(est.model_.coords["sample"]) == 40
+    # a loaded model does not hold the training rows: it says so
+    with tempfile.TemporaryDirectory() as tmp:
+        est.save(f"{tmp}/m")
+        loaded = bayesmv.load(f"{tmp}/m")
+    with pytest.raises(AttributeError, match=f"model_ of this {name} is not available"):
+        loaded.model_  # noqa: B018 - the property raises
+    assert loaded.builder_.get_params(deep=True).keys() == est.builder_.get_params(
+        deep=True).keys()
 
 
 # ------------------------------------------------------------------ the DP mixture itself

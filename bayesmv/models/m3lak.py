@@ -32,6 +32,7 @@ from bayesmv.inference import engines
 from bayesmv.inference.predict import GraphPredictor, prediction_rng, with_input_draws
 from bayesmv.inference.sample import check_nuts_sampler
 from bayesmv.models.base import BaseMultiViewClassifier, register, thinned_draws
+from bayesmv.models.fitted_graph import FittedGraphMixin
 from bayesmv.params import check_positive
 
 _POSITIVE = ("C", "view_loading_precision", "concentration", "kappa0", "a_r", "b_r", "a_tau",
@@ -47,7 +48,7 @@ _N_COMPONENTS_CHECKS = ("check_dont_overwrite_parameters", "check_fit2d_predict1
 
 
 @register
-class M3LAK(BaseMultiViewClassifier):
+class M3LAK(FittedGraphMixin, BaseMultiViewClassifier):
     """Adaptive-kernel nonlinear max-margin multi-view classifier with a full posterior.
 
     A shared latent ``h`` explains all views (a multi-view factor model); random Fourier
@@ -311,6 +312,11 @@ class M3LAK(BaseMultiViewClassifier):
             HingeLikelihood(self.C),
         )
 
+    def _fitted_builder(self) -> ModelBuilder:
+        m, K = self.latent_dims_  # "auto" as the fit resolved it
+        return self.make_builder().set_params(representation__latent_dim=m,
+                                              representation__view_latent_dim=K)
+
     def build_model(self, X, y, *, augmented: bool = False) -> BuiltModel:
         """Validate and standardise (X, y) and build the ``pm.Model`` without sampling it."""
         self._validate_params()
@@ -371,7 +377,8 @@ class M3LAK(BaseMultiViewClassifier):
         # untouched
         self._commit(classes_=built.classes, layout_=layout, standardizer_=built.standardizer,
                      idata_=idata, n_features_in_=int(sum(layout.view_sizes)),
-                     convergence_=convergence)
+                     convergence_=convergence, _model=built.model,
+                     _graph_inputs=(built.context.data, built.context.targets))
         warn_if_not_converged(convergence)
         return self
 

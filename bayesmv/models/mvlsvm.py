@@ -38,6 +38,7 @@ from bayesmv.inference.svm import (
     run_hinge_gibbs,
 )
 from bayesmv.models.base import BaseMultiViewClassifier, register
+from bayesmv.models.fitted_graph import FittedGraphMixin
 from bayesmv.params import check_positive
 
 _POSITIVE_INT = ("draws", "chains")
@@ -50,7 +51,7 @@ _TOO_FEW_ROWS = "none (a class has fewer than 2 rows)"
 
 
 @register
-class MVLSVM(BaseMultiViewClassifier):
+class MVLSVM(FittedGraphMixin, BaseMultiViewClassifier):
     """Multi-view landmark-based SVM with a Bayesian reading and missing-view imputation.
 
     Each view of a sample is compared with ``L`` landmarks (training rows with every view)
@@ -314,6 +315,10 @@ class MVLSVM(BaseMultiViewClassifier):
                             HingeLikelihood(None if C is None else C / (2.0 * n_samples),
                                             link_constant))
 
+    def _fitted_builder(self) -> ModelBuilder:
+        return self.make_builder(int(self.idata_.observed_data["y"].size), self.feature_map_,
+                                 self.C_, self.link_constant_)
+
     def _prepare_training(self, X, y):
         self._validate_params()
         data, classes, y_index = self._validate_training_data(X, y)
@@ -415,7 +420,8 @@ class MVLSVM(BaseMultiViewClassifier):
         # fitted state only now, in one step: a failure above leaves a previous fit intact
         self._commit(classes_=classes, layout_=data.layout,
                      standardizer_=standardizer, idata_=idata, feature_map_=fmap,
-                     n_features_in_=int(sum(data.view_sizes)), convergence_=convergence)
+                     n_features_in_=int(sum(data.view_sizes)), convergence_=convergence,
+                     _graph_inputs=(data, targets), _model=None)
         warn_if_not_converged(convergence)
         return self
 

@@ -69,6 +69,7 @@ from bayesmv.inference.optimize import (
 )
 from bayesmv.inference.sample import check_nuts_sampler, run_sampler
 from bayesmv.models.base import BaseMultiViewClassifier, register, thinned_draws
+from bayesmv.models.fitted_graph import FittedGraphMixin
 from bayesmv.params import RenamedParameters, check_ensemble, check_positive, check_random_seed
 
 _LOSSES = ("auto", "logistic", "hinge", "squared")
@@ -373,7 +374,7 @@ class _MVMCore(RenamedParameters):
 
 
 @register
-class MVM(_MVMCore, BaseMultiViewClassifier):
+class MVM(FittedGraphMixin, _MVMCore, BaseMultiViewClassifier):
     """Multi-view machine: full-order view interactions with jointly CP-factorised weights.
 
     ``ŷ(x) = Σ_{f=1}^k Π_{v=1}^V (z_vᵀ a^{(v)}_{:,f})`` with ``z_v = [x_v; 1]``: every interaction
@@ -599,6 +600,9 @@ class MVM(_MVMCore, BaseMultiViewClassifier):
         classes, y_index = check_labels(y, data.n_samples, argument="y")
         return data, classes, y_index
 
+    def _fitted_builder(self) -> ModelBuilder:
+        return self.make_builder()  # nothing is chosen at fit
+
     def build_model(self, X, y) -> BuiltModel:
         """Validate and standardise (X, y) and build the ``pm.Model`` without fitting it."""
         self._validate_params()
@@ -635,7 +639,8 @@ class MVM(_MVMCore, BaseMultiViewClassifier):
         # fitted state only now, in one step: a failure above leaves a previous fit intact
         self._commit(classes_=built.classes, layout_=layout, standardizer_=built.standardizer,
                      idata_=idata, n_features_in_=int(sum(layout.view_sizes)),
-                     factors_=factors, convergence_=report)
+                     factors_=factors, convergence_=report, _model=built.model,
+                     _graph_inputs=(built.context.data, built.context.targets))
         if report is not None:
             warn_if_not_converged(report)
         return self

@@ -33,6 +33,7 @@ from bayesmv.inference.metric import (
     task_predictive,
 )
 from bayesmv.models.base import BaseMultiViewClassifier, register
+from bayesmv.models.fitted_graph import FittedGraphMixin
 from bayesmv.params import check_positive, check_random_seed
 
 __all__ = ["MVML"]
@@ -46,7 +47,7 @@ CALIBRATIONS = ("temperature", "likelihood")
 
 
 @register
-class MVML(BaseMultiViewClassifier):
+class MVML(FittedGraphMixin, BaseMultiViewClassifier):
     """Multi-view metric learning (MVML) with Nyström features, fitted by MAP, predicting with
     the exact Gaussian posterior of the weights.
 
@@ -269,6 +270,10 @@ class MVML(BaseMultiViewClassifier):
                                                link_slope=link_slope,
                                                multiclass="normalised"))
 
+    def _fitted_builder(self) -> ModelBuilder:
+        return self.make_builder(metric=self.A_, view_weights=self.w_ if self.learn_w else None,
+                                 link_slope=self.slope_)
+
     def _prepare_training(self, X, y) -> tuple[MultiViewData, np.ndarray, np.ndarray,
                                                 ViewStandardizer | None]:
         self._validate_params()
@@ -337,7 +342,7 @@ class MVML(BaseMultiViewClassifier):
                       idata_=idata, n_iter_=np.array([ft.n_iter for ft in fits]),
                       objective_history_=[np.asarray(ft.objective) for ft in fits],
                       converged_=np.array([ft.converged for ft in fits]), fit_time_=elapsed,
-                      slope_=slope)
+                      slope_=slope, _graph_inputs=(data, targets), _model=None)
         return self
 
     def _make_idata(self, fits, state: NystromState, data: MultiViewData, y_index, targets,

@@ -51,11 +51,12 @@ from bayesmv.inference.evidence import (
 )
 from bayesmv.inference.selection import choose_process_hyperparameters, reference_widths
 from bayesmv.models.base import BaseMultiViewClassifier, register
+from bayesmv.models.fitted_graph import FittedGraphMixin
 from bayesmv.params import check_positive
 
 
 @register
-class RhoTMVRKM(BaseMultiViewClassifier):
+class RhoTMVRKM(FittedGraphMixin, BaseMultiViewClassifier):
     """ϱ-tensor multi-view restricted kernel machine (Houthuys & Suykens), exact and Bayesian.
 
     Parameters
@@ -308,6 +309,14 @@ class RhoTMVRKM(BaseMultiViewClassifier):
                                                multiclass=("moc" if self.multiclass == "moc"
                                                            else "one_hot")))
 
+    def _fitted_builder(self) -> ModelBuilder:
+        # the graph's rule: the paper's τg + b with the temperature slope, or the model's own
+        # g + b; eq. 17's rule (decision_rule="mean") is a read-out the graph does not hold
+        paper = self.calibration == "temperature" and self.decision_rule == "add"
+        return self.make_builder(self.kernels_, self.gamma_, self.rho_, self.alpha_,
+                                 decision_rule="add" if paper else "model",
+                                 link_slope=self.slope_ if paper else None)
+
     def build_model(self, X, y) -> BuiltModel:
         """Validate and standardise (X, y) and build the ``pm.Model`` (nothing is fitted).
 
@@ -397,7 +406,8 @@ class RhoTMVRKM(BaseMultiViewClassifier):
                      gamma_=gammas, kernels_=prepared["kernels"], slope_=slope,
                      selection_=selection, idata_=idata,
                      n_features_in_=int(sum(data.view_sizes)),
-                     _cache={"posterior": fitted["posterior"]} if "posterior" in fitted else {})
+                     _cache={"posterior": fitted["posterior"]} if "posterior" in fitted else {},
+                     _graph_inputs=(data, Y), _model=None)
         return self
 
     @property
