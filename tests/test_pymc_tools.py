@@ -235,6 +235,27 @@ def test_a_fitted_preset_holds_its_graph_with_the_fits_choices_fixed(name, data)
         deep=True).keys()
 
 
+def test_the_mvm_regressor_holds_its_graph_too(data):
+    """The regressor's graph: its factors and the Gaussian noise's sd are free, the targets
+    (standardised) are the ones fitted; a pickled copy rebuilds it."""
+    import pickle
+
+    from bayesmv import MVMRegressor
+
+    X, _ = data
+    target = X[0][:, 0] - 2.0 * X[1][:, 1]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the optimiser's iteration cap: not what is tested
+        est = MVMRegressor(rank=2, random_seed=0, max_iter=200).fit(X, target)
+    model = est.model_
+    assert {rv.name for rv in model.free_RVs} == {"A_0", "A_1", "sigma"}
+    observed = model.rvs_to_values[model["y_obs"]].data
+    np.testing.assert_allclose(observed[:, 0], (target - target.mean()) / target.std())
+    copy_ = pickle.loads(pickle.dumps(est))
+    assert "_model" not in vars(copy_)
+    assert {rv.name for rv in copy_.model_.free_RVs} == {"A_0", "A_1", "sigma"}
+
+
 # ------------------------------------------------------------------ the DP mixture itself
 def _mixture_logpdf(x, w, mu, sigma2):
     """Log density of one diagonal normal mixture at points x (n, m), with SciPy."""

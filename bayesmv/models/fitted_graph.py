@@ -19,12 +19,10 @@ if TYPE_CHECKING:
 
 
 class FittedGraphMixin:
-    """``builder_`` and ``model_`` for an estimator whose ``fit`` commits ``_graph_inputs``
-    (the standardised training views and the likelihood's targets) and, where it built the
-    graph anyway, ``_model``."""
-
-    def _fitted_builder(self) -> ModelBuilder:
-        raise NotImplementedError
+    """``builder_`` and ``model_`` for an estimator that defines ``_fitted_builder()`` and
+    whose ``fit`` commits ``_graph_inputs`` (the standardised training views and the
+    likelihood's targets) and ``_model`` (the graph, where ``fit`` built it anyway, else
+    None)."""
 
     @property
     def builder_(self) -> ModelBuilder:

@@ -157,6 +157,9 @@ class _MVMCore(RenamedParameters):
         """The model graph (identity → linear ``[x_v; 1]`` → CP interaction → likelihood)."""
         return ModelBuilder(None, LinearFeatures(), self._combiner(), self._likelihood())
 
+    def _fitted_builder(self) -> ModelBuilder:
+        return self.make_builder()  # nothing is chosen at fit
+
     # ------------------------------------------------------------ data
     def _check_X(self, X, layout: ViewLayout | None = None) -> MultiViewData:
         return check_views(X, self.view_sizes, layout=layout, argument="X", allow_sparse=True,
@@ -600,9 +603,6 @@ class MVM(FittedGraphMixin, _MVMCore, BaseMultiViewClassifier):
         classes, y_index = check_labels(y, data.n_samples, argument="y")
         return data, classes, y_index
 
-    def _fitted_builder(self) -> ModelBuilder:
-        return self.make_builder()  # nothing is chosen at fit
-
     def build_model(self, X, y) -> BuiltModel:
         """Validate and standardise (X, y) and build the ``pm.Model`` without fitting it."""
         self._validate_params()
@@ -765,7 +765,7 @@ class MVM(FittedGraphMixin, _MVMCore, BaseMultiViewClassifier):
 
 
 @register
-class MVMRegressor(_MVMCore, RegressorMixin, BaseEstimator):
+class MVMRegressor(FittedGraphMixin, _MVMCore, RegressorMixin, BaseEstimator):
     """Multi-view machine for real-valued targets (squared loss, Gaussian likelihood).
 
     The target is centred and scaled to unit variance internally (``y_mean_``, ``y_scale_``);
@@ -910,7 +910,8 @@ class MVMRegressor(_MVMCore, RegressorMixin, BaseEstimator):
         vars(self).update(layout_=layout, standardizer_=built.standardizer,
                           y_mean_=built.y_mean, y_scale_=built.y_scale, idata_=idata,
                           n_features_in_=int(sum(layout.view_sizes)), factors_=factors,
-                          convergence_=report)
+                          convergence_=report, _model=built.model,
+                          _graph_inputs=(built.context.data, built.context.targets))
         if report is not None:
             warn_if_not_converged(report)
         return self
