@@ -48,7 +48,8 @@ class FittedGraphMixin:
                 raise AttributeError(
                     f"model_ of this {type(self).__name__} is not available: it is the graph "
                     "on the training rows, which a model read by load does not keep; "
-                    "builder_.build(...) or build_model(X, y) builds a graph on given rows")
+                    "build_model(X_train, y_train).model builds the graph on given rows "
+                    "(with the hyper-parameters a fit chooses left free)")
             model = self.builder_.build(*inputs).model
             vars(self)["_model"] = model
         return model
