@@ -170,6 +170,22 @@ class M3LAK(FittedGraphMixin, BaseMultiViewClassifier):
         Deprecated aliases of ``n_frequencies``, ``view_loading_precision``,
         ``concentration``, ``prior_precision`` and ``precision_prior``; when given they take
         precedence, with a ``FutureWarning``.
+
+    Attributes
+    ----------
+    classes_ : ndarray
+        Class labels.
+    idata_ : arviz.InferenceData
+        The posterior draws (every free variable but the per-row latents, and ``f`` at the
+        training rows) with the sampler's statistics.
+    convergence_ : ConvergenceReport
+        R-hat, ESS and divergences judged on ``f`` and ``tau`` (warned about when bad).
+    latent_dims_ : (int, int)
+        The shared and view-specific latent dimensions sampled ("auto" resolved).
+    builder_, model_ :
+        The fitted model as a :class:`~bayesmv.ModelBuilder` (``make_builder`` with what the
+        fit chose fixed) and its ``pm.Model`` on the training rows, for PyMC's own tools
+        (:class:`~bayesmv.models.fitted_graph.FittedGraphMixin`).
     """
 
     RENAMED = {"inference": "sampler", "n_frequencies": "n_features",

@@ -156,6 +156,10 @@ class MVLSVM(FittedGraphMixin, BaseMultiViewClassifier):
         The calibrated constant c of ``predict_proba``'s hinge probability.
     C_ : float
         The hinge cost used: ``C``, or the one ``C="auto"`` chose.
+    builder_, model_ :
+        The fitted model as a :class:`~bayesmv.ModelBuilder` (``make_builder`` with what the
+        fit chose fixed) and its ``pm.Model`` on the training rows, for PyMC's own tools
+        (:class:`~bayesmv.models.fitted_graph.FittedGraphMixin`).
 
     Notes
     -----

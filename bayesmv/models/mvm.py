@@ -513,6 +513,10 @@ class MVM(FittedGraphMixin, _MVMCore, BaseMultiViewClassifier):
         names of :class:`~bayesmv.MultiViewClassifier`; files saved before said "mcmc").
     convergence_ : ConvergenceReport or None
         For NUTS: R-hat / ESS / divergences judged on ``f``.
+    builder_, model_ :
+        The fitted model as a :class:`~bayesmv.ModelBuilder` (``make_builder`` with what the
+        fit chose fixed) and its ``pm.Model`` on the training rows, for PyMC's own tools
+        (:class:`~bayesmv.models.fitted_graph.FittedGraphMixin`).
 
     Notes
     -----

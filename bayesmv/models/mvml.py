@@ -159,6 +159,10 @@ class MVML(FittedGraphMixin, BaseMultiViewClassifier):
     slope_ : float or None
         The calibration slope s of ``calibration="temperature"`` (None with
         ``"likelihood"``, whose slope is κ = 4).
+    builder_, model_ :
+        The fitted model as a :class:`~bayesmv.ModelBuilder` (``make_builder`` with what the
+        fit chose fixed) and its ``pm.Model`` on the training rows, for PyMC's own tools
+        (:class:`~bayesmv.models.fitted_graph.FittedGraphMixin`).
 
     Notes
     -----

@@ -152,6 +152,10 @@ class RhoTMVRKM(FittedGraphMixin, BaseMultiViewClassifier):
         ``fit``: what prediction needs (dual weights and training views, or feature weights)
         and, with ``calibration="temperature"``, the exact leave-one-out decision values the
         slope was fitted to (``f_loo``; Laplace: also their variances ``f_loo_var``).
+    builder_, model_ :
+        The fitted model as a :class:`~bayesmv.ModelBuilder` (``make_builder`` with what the
+        fit chose fixed) and its ``pm.Model`` on the training rows, for PyMC's own tools
+        (:class:`~bayesmv.models.fitted_graph.FittedGraphMixin`).
 
     Notes
     -----
