@@ -330,8 +330,8 @@ def check_convergence(fitted_or_idata, var_names=None, *, r_hat_max: float = 1.0
                             "run at least 2 chains.")
         for v, rows in table.groupby("variable", sort=False):
             problems += _variable_problems(v, rows, r_hat_max, ess_min, ess_min_per_chain,
-                                           n_chains, lambda label: _draws_of(idata, locations,
-                                                                             label))
+                                           n_chains, lambda label: table_row_draws(
+                                               idata, locations, label).values)
     if n_div:
         problems.append(f"{n_div} divergent transitions after tuning: the sampler could not "
                         "follow the posterior's curvature there; raise target_accept or "
@@ -510,10 +510,12 @@ def separated_states(draws: np.ndarray, gap: float = SEPARATED_GAP) -> float | N
     return spread / sd if float(drift.max()) < spread / 4.0 else None
 
 
-def _draws_of(idata, locations: dict, label: str) -> np.ndarray:
-    """(chain, draw) values of one row of the table."""
+def table_row_draws(idata, locations: dict, label: str) -> xr.DataArray:
+    """The (chain, draw) draws of one row of the convergence table, found through the
+    report's ``locations`` (its other coordinates dropped)."""
     group, var, sel = locations[label]
-    return np.asarray(idata[group][var].sel(sel).values, dtype=float)
+    da = idata[group][var].sel(sel) if sel else idata[group][var]
+    return da.drop_vars([c for c in da.coords if c not in ("chain", "draw")])
 
 
 def _variable_problems(v: str, rows: pd.DataFrame, r_hat_max: float, ess_min: float,

@@ -12,7 +12,12 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from bayesmv.diagnostics.convergence import ConvergenceReport, check_convergence, without_numba
+from bayesmv.diagnostics.convergence import (
+    ConvergenceReport,
+    check_convergence,
+    table_row_draws,
+    without_numba,
+)
 from bayesmv.diagnostics.ppc import PPCReport
 
 __all__ = ["plot_decision_intervals", "plot_rank", "plot_reliability", "plot_trace",
@@ -42,12 +47,8 @@ def _worst_quantities(report: ConvergenceReport, max_quantities: int) -> list[st
 
 def _draws_of(fitted_or_idata, report: ConvergenceReport, labels: Sequence[str]) -> xr.Dataset:
     idata = getattr(fitted_or_idata, "idata_", fitted_or_idata)
-    data = {}
-    for label in labels:
-        group, var, sel = report.locations[label]
-        da = idata[group][var].sel(sel) if sel else idata[group][var]
-        data[label] = da.drop_vars([c for c in da.coords if c not in ("chain", "draw")])
-    return xr.Dataset(data)
+    return xr.Dataset({label: table_row_draws(idata, report.locations, label)
+                       for label in labels})
 
 
 def _judged(fitted_or_idata, var_names, report, max_quantities):
