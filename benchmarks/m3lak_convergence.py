@@ -31,8 +31,11 @@ same 75/25 split.  ``breast-cancer``: scikit-learn's bundled Wisconsin diagnosti
 data as three views of each sample's ten cell-nucleus measurements (their means, standard
 errors and worst values), the same 75/25 stratified split.
 ``synthetic-{quadratic,circle,xor}``: ``make_nonlinear_latent(n_samples=1000, view_dims=(100,
-50), random_seed=0)``, a 70/30 stratified split.  Every split is stratified, with
-``random_state=0`` unless ``--split-seed`` says otherwise.
+50), random_seed=0)``, a 70/30 stratified split.  ``synthetic-wide-2`` and ``synthetic-wide-3``:
+views wider than the training rows (see :func:`wide_views`), a 75/25 split.  Every split is
+stratified, with ``random_state=0`` unless ``--split-seed`` says otherwise; ``--train-rows N``
+keeps N training rows instead of the task's fraction (``digits-3v5 --train-rows 150``: the
+216- and 240-feature views are wider than the rows).
 """
 
 from __future__ import annotations
@@ -116,12 +119,33 @@ def _slug(name: str) -> str:
     return name.replace(" ", "-")
 
 
+#: the tasks with views wider than their training rows: (rows, view widths, latent factors,
+#: loading scale, data seed)
+WIDE_TASKS = {"synthetic-wide-2": (400, (1000, 1500), 3, 0.3, 101),
+              "synthetic-wide-3": (500, (500, 2000, 100), 4, 0.25, 102)}
+
+
+def wide_views(rows: int, widths: tuple[int, ...], factors: int, scale: float, seed: int
+               ) -> tuple[list[np.ndarray], np.ndarray]:
+    """Views wider than the rows, few signal directions: ``x_v = scale · z A_v + ε`` with
+    ``z ~ N(0, I_factors)``, standard normal ``A_v`` and ``ε``; label ``z₁² + z₂ > 1``.  Most
+    of M3LAK's latent columns have nothing to explain but the views' noise."""
+    rng = np.random.default_rng(seed)
+    z = rng.normal(size=(rows, factors))
+    y = (z[:, 0] ** 2 + z[:, 1] > 1).astype(int)
+    views = [z @ rng.normal(size=(factors, d)) * scale + rng.normal(size=(rows, d))
+             for d in widths]
+    return views, y
+
+
 def load_task(name: str) -> tuple[list[np.ndarray], np.ndarray, float]:
     """The views, labels and test fraction of a task of ``benchmarks/accuracy.py`` by its
     command-line name (see the module docstring)."""
     for task, views, y, test_size in accuracy_tasks(quick=False):
         if _slug(task) == name:
             return views, y, test_size
+    if name in WIDE_TASKS:
+        return *wide_views(*WIDE_TASKS[name]), 0.25
     pair = digit_pair(name)
     if pair is not None:
         return uci_pair(*pair)
@@ -144,7 +168,7 @@ def task_name(text: str) -> str:
                                      "digits-AvB (A, B two different digits)")
 
 
-TASKS = tuple(_slug(task) for task, *_ in accuracy_tasks(quick=False))
+TASKS = tuple(_slug(task) for task, *_ in accuracy_tasks(quick=False)) + tuple(WIDE_TASKS)
 
 
 def parse_settings(items: list[str]) -> dict:
@@ -172,14 +196,18 @@ def main() -> None:
                         help=f"one of {', '.join(TASKS)} or any UCI pair digits-AvB")
     parser.add_argument("--split-seed", type=int, default=0,
                         help="random_state of the stratified train/test split (default 0)")
+    parser.add_argument("--train-rows", type=int, default=None,
+                        help="training rows (default: the task's split fraction)")
     parser.add_argument("--warmup", action="store_true",
                         help="keep the tuning iterations and print each chain's path")
     args = parser.parse_args()
     views, y, test_size = load_task(args.task)
     print(f"# task {args.task}: views of {[v.shape[1] for v in views]} features, {len(y)} rows, "
-          f"split seed {args.split_seed}")
-    split = train_test_split(*views, y, test_size=test_size, stratify=y,
-                             random_state=args.split_seed)
+          f"split seed {args.split_seed}"
+          + ("" if args.train_rows is None else f", {args.train_rows} training rows"))
+    sizes = ({"test_size": test_size} if args.train_rows is None
+             else {"train_size": args.train_rows})
+    split = train_test_split(*views, y, stratify=y, random_state=args.split_seed, **sizes)
     X_train, X_test, y_train, y_test = split[0:-2:2], split[1:-2:2], split[-2], split[-1]
     extra = {k: v for k, v in (("draws", args.draws), ("tune", args.tune)) if v is not None}
     extra.update(parse_settings(args.set))

@@ -14,12 +14,15 @@ from bayesmv.datasets import make_lvm_classification
 from bayesmv.inference.gibbs import (
     LatentVariableGibbs,
     ard_conditional,
+    ard_given_latents_log_density,
     beta_conditional,
     collapsed_log_marginal,
     dp_assignment_logits,
+    draw_noise_and_ard_given_latents,
     loadings_conditional,
     nig_conditional,
     noise_conditional,
+    noise_given_latents_log_density,
     noise_log_density_without_view_latent,
     residual_square_norm,
     sample_lambda,
@@ -167,6 +170,88 @@ def test_ard_and_noise_conditionals_match_joint(augmented):
 
     tau_values = [np.exp(rng.normal(size=nat["tau"].shape)) for _ in range(3)]
     _assert_same_differences(logp, point, "tau_log__", tau_values, tau_logpdf, encode=np.log)
+
+
+def _latent_statistics(spec, nat, point):
+    """Per view, stacked: ``ZᵀZ``, ``M = ZᵀX (ZᵀX)ᵀ`` with ``Z = [H U_v]`` of the rows that
+    observe the view, ‖X_v‖², the rows and the features."""
+    ZtZ, M, sq, rows, features = [], [], [], [], []
+    for v, (Xo, idx) in enumerate(zip(spec.views, spec.observed_index, strict=True)):
+        Z = np.concatenate([nat["H"][idx], point[f"U_{v}"]], axis=1)
+        ZtZ.append(Z.T @ Z)
+        M.append((Z.T @ Xo) @ (Z.T @ Xo).T)
+        sq.append(float(np.sum(Xo**2)))
+        rows.append(Xo.shape[0])
+        features.append(Xo.shape[1])
+    return (np.stack(ZtZ), np.stack(M), np.array(sq), np.array(rows, float),
+            np.array(features, float))
+
+
+def _loadings_integrated_out(logp, spec, point):
+    """``log p(X, τ, r, rest)`` with the loadings integrated out, from the graph's joint by
+    Chib's identity: ``log p(X, W, V, ·) - log p(W, V | X, ·)`` (the loadings' exact
+    conditional, itself checked against the joint above) is the same at any W, V."""
+    nat = spec.natural(point)
+    value = float(logp(point))
+    for v, (Xo, idx) in enumerate(zip(spec.views, spec.observed_index, strict=True)):
+        mean, chol = loadings_conditional(Xo, nat["H"][idx], point[f"U_{v}"], nat["r"][v],
+                                          spec.view_loading_precision, float(nat["tau"][v]))
+        WV = np.concatenate([point[f"W_{v}"], point[f"V_{v}"]], axis=1)
+        d = chol.T @ (WV.T - mean)
+        value -= -0.5 * float(np.sum(d**2)) + Xo.shape[1] * float(np.sum(np.log(np.diag(chol))))
+    return value
+
+
+def test_noise_and_ard_with_the_loadings_integrated_out_match_joint(augmented):
+    """τ's and each r_j's density given Z = [H U] with W, V integrated out: their differences
+    over random values equal those of the graph's joint with the loadings integrated out
+    (Chib's identity), once the densities on the log scale lose their Jacobians."""
+    built, point, logp, spec = augmented
+    nat = spec.natural(point)
+    ZtZ, M, sq, rows, features = _latent_statistics(spec, nat, point)
+    eta = spec.view_loading_precision
+    rng = np.random.default_rng(4)
+    log_r = np.log(nat["r"])
+    tau_density = noise_given_latents_log_density(ZtZ, M, sq, rows, features, log_r, eta,
+                                                  spec.a_tau, spec.b_tau)
+    joint, ours = [], []
+    for _ in range(4):
+        log_tau = rng.normal(scale=1.5, size=spec.n_views)
+        joint.append(_loadings_integrated_out(logp, spec, dict(point, tau_log__=log_tau)))
+        ours.append(float(np.sum(tau_density(log_tau) - log_tau)))
+    np.testing.assert_allclose(np.diff(joint), np.diff(ours), rtol=1e-7, atol=1e-7)
+    log_tau = np.log(nat["tau"])
+    for j in range(spec.latent_dim):
+        r_density = ard_given_latents_log_density(ZtZ, M, features, log_tau, log_r, eta,
+                                                  spec.a_r, spec.b_r, j)
+        joint, ours = [], []
+        for _ in range(4):
+            moved = log_r.copy()
+            moved[:, j] = rng.normal(scale=2.0, size=spec.n_views)
+            joint.append(_loadings_integrated_out(logp, spec, dict(point, r_log__=moved)))
+            ours.append(float(np.sum(r_density(moved[:, j]) - moved[:, j])))
+        np.testing.assert_allclose(np.diff(joint), np.diff(ours), rtol=1e-7, atol=1e-7)
+
+
+def test_noise_density_given_latents_is_the_gaussian_marginal():
+    """Independently of the graph: with the loadings integrated out each feature column is
+    ``N(0, Z Λ⁻¹ Zᵀ + I/τ)`` (scipy's multivariate normal, Λ = diag(r, η)); the density's
+    differences over τ equal that marginal's plus the Gamma prior's on the log scale."""
+    rng = np.random.default_rng(0)
+    N, D, m, K, eta = 9, 5, 3, 1, 3.0
+    Z, X = rng.normal(size=(N, m + K)), rng.normal(size=(N, D))
+    log_r = rng.normal(size=(1, m))
+    lam = np.concatenate([np.exp(log_r[0]), [eta]])
+    density = noise_given_latents_log_density(
+        (Z.T @ Z)[None], ((Z.T @ X) @ (Z.T @ X).T)[None], np.array([np.sum(X**2)]),
+        np.array([N], float), np.array([D], float), log_r, eta, 0.7, 0.2)
+    ours, reference = [], []
+    for log_tau in (-1.0, 0.3, 1.2):
+        cov = Z @ np.diag(1.0 / lam) @ Z.T + np.exp(-log_tau) * np.eye(N)
+        reference.append(stats.multivariate_normal(np.zeros(N), cov).logpdf(X.T).sum()
+                         + stats.gamma(0.7, scale=1 / 0.2).logpdf(np.exp(log_tau)) + log_tau)
+        ours.append(float(density(np.array([log_tau]))[0]))
+    np.testing.assert_allclose(np.diff(ours), np.diff(reference), rtol=1e-9, atol=1e-9)
 
 
 def test_noise_density_without_view_latent_matches_collapsed_joint(collapsed):
@@ -474,3 +559,50 @@ def test_view_residual_statistics_equal_the_ones_of_the_formed_residual(explaine
         B[:, m:] = 0.0
     got = residual_square_norm(X, Z, B, sq, Z.T @ X, Z.T @ Z)
     np.testing.assert_allclose(got, np.sum((X - Z @ B.T) ** 2), rtol=1e-10)
+
+
+def test_noise_and_ard_update_keeps_its_marginal():
+    """The slice updates of (τ, r) given Z as a Markov kernel: with one shared column (m = 1)
+    and one view-specific column, the draws of log τ and log r match the 2-D quadrature of
+    p(τ, r | Z, X), each feature column N(0, Z Λ⁻¹ Zᵀ + I/τ) by scipy with the Gamma priors
+    (KS tests on thinned draws)."""
+    rng = np.random.default_rng(5)
+    N, D, eta = 6, 9, 2.0
+    Z, X = rng.normal(size=(N, 2)), rng.normal(size=(N, D))
+    spec = type("Priors", (), {"a_tau": 2.0, "b_tau": 1.0, "a_r": 1.5, "b_r": 1.0})()
+    grid = np.linspace(-5.0, 5.0, 201)
+    lt, lr = np.meshgrid(grid, grid, indexing="ij")
+    cov = np.zeros(lt.shape + (N, N))
+    cov += np.einsum("i,j->ij", Z[:, 0], Z[:, 0]) * np.exp(-lr)[..., None, None]
+    cov += np.outer(Z[:, 1], Z[:, 1]) / eta + np.exp(-lt)[..., None, None] * np.eye(N)
+    log_post = (-0.5 * D * np.linalg.slogdet(cov)[1]
+                - 0.5 * np.einsum("nd,...nm,md->...", X, np.linalg.inv(cov), X)
+                + stats.gamma(2.0, scale=1.0).logpdf(np.exp(lt)) + lt
+                + stats.gamma(1.5, scale=1.0).logpdf(np.exp(lr)) + lr)
+    post = np.exp(log_post - log_post.max())
+    statistics = ((Z.T @ Z)[None], ((Z.T @ X) @ (Z.T @ X).T)[None], np.array([np.sum(X**2)]),
+                  np.array([N], float), np.array([D], float))
+    log_tau, log_r, draws = np.zeros(1), np.zeros((1, 1)), []
+    for i in range(4500):
+        log_tau, log_r = draw_noise_and_ard_given_latents(
+            *statistics, log_tau, log_r, eta, spec, np.array([0.5]), rng)
+        if i >= 500 and i % 4 == 0:
+            draws.append((log_tau[0], log_r[0, 0]))
+    draws = np.array(draws)
+    for axis, column in ((1, 0), (0, 1)):
+        marginal = post.sum(axis=axis)
+        cdf = (np.cumsum(marginal) - 0.5 * marginal) / marginal.sum()
+        assert stats.kstest(draws[:, column], lambda x, cdf=cdf: np.interp(x, grid, cdf)
+                            ).pvalue > 1e-3
+
+
+def test_wide_views_are_those_with_more_features_than_observed_rows():
+    """Which views get their τ and r with the loadings integrated out: more features than the
+    rows that observe the view (15 rows; view 1 is missing on two, so 13)."""
+    X, y, _ = make_lvm_classification(n_samples=15, view_dims=(4, 14, 15), latent_dim=2,
+                                      view_latent_dim=1, tau=4.0, random_seed=0)
+    X[1][[2, 5]] = np.nan
+    built = _estimator().build_model(X, y)
+    spec = HybridSpec.from_built(built)
+    step = LatentVariableGibbs([built.model.value_vars[0]], spec, model=built.model)
+    np.testing.assert_array_equal(step.wide_views, [1])

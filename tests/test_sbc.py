@@ -72,6 +72,16 @@ def test_m3lak_hybrid_sampler_is_calibrated():
     _assert_calibrated(result)
 
 
+@pytest.mark.long
+@pytest.mark.timeout(600)
+def test_m3lak_hybrid_sampler_is_calibrated_with_a_view_wider_than_its_rows():
+    """The same with a first view of 14 features on 10 rows, whose noise and ARD precisions
+    the sweep draws with the loadings integrated out."""
+    problem = sbc.M3LAKProblem(n_samples=10, view_dims=(14, 3))
+    result = sbc.run_sbc(sbc.m3lak_replicate(problem), sbc.M3LAK_SETTINGS["quick"])
+    _assert_calibrated(result)
+
+
 def _mvlsvm_quick():
     problem, settings = sbc.MVLSVM_CASES["C/N = 3"]
     return sbc.run_sbc(sbc.mvlsvm_replicate(problem), settings["quick"])
