@@ -3,6 +3,8 @@ density of the PyMC model it claims to come from: for two values of the updated 
 everything else fixed, the difference of the conditional's log-density must equal the
 difference of the model's joint log-density (so the normalising constant drops out)."""
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 from scipy import stats
@@ -569,7 +571,7 @@ def test_noise_and_ard_update_keeps_its_marginal():
     rng = np.random.default_rng(5)
     N, D, eta = 6, 9, 2.0
     Z, X = rng.normal(size=(N, 2)), rng.normal(size=(N, D))
-    spec = type("Priors", (), {"a_tau": 2.0, "b_tau": 1.0, "a_r": 1.5, "b_r": 1.0})()
+    priors = SimpleNamespace(a_tau=2.0, b_tau=1.0, a_r=1.5, b_r=1.0)
     grid = np.linspace(-5.0, 5.0, 201)
     lt, lr = np.meshgrid(grid, grid, indexing="ij")
     cov = np.zeros(lt.shape + (N, N))
@@ -585,7 +587,7 @@ def test_noise_and_ard_update_keeps_its_marginal():
     log_tau, log_r, draws = np.zeros(1), np.zeros((1, 1)), []
     for i in range(4500):
         log_tau, log_r = draw_noise_and_ard_given_latents(
-            *statistics, log_tau, log_r, eta, spec, np.array([0.5]), rng)
+            *statistics, log_tau, log_r, eta, priors, np.array([0.5]), rng)
         if i >= 500 and i % 4 == 0:
             draws.append((log_tau[0], log_r[0, 0]))
     draws = np.array(draws)
