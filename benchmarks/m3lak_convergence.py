@@ -237,6 +237,10 @@ def main() -> None:
               f"{row[5]:.0f} | {wall:.0f} | {row[1] / wall:.2f} | "
               f"{est.score(X_test, y_test):.3f} | {cal.brier:.4f} | {cal.ece:.4f} | "
               f"{median_ess:.0f} {floor:.3f}")
+        sources = post.attrs.get("warmup_restart_from")
+        if sources is not None:
+            print(f"  chains restarted after the pilot (the chain each continued from): "
+                  f"{np.atleast_1d(sources).tolist()}")
         print(_summary("||beta||", np.sqrt(np.sum(post["beta"].values ** 2, axis=(-1, -2)))))
         omega = np.sqrt(np.sum(post["Omega"].values ** 2, axis=(-1, -2)))
         # the bandwidth along the most discriminative latent direction (invariant to the

@@ -268,7 +268,7 @@ def check_convergence(fitted_or_idata, var_names=None, *, r_hat_max: float = 1.0
                                  n_chains=n_chains, n_draws=n_draws, var_names=names,
                                  note=note, inference=kind, r_hat_max=r_hat_max,
                                  ess_min=ess_min)
-    extras: list[str] = []
+    extras: list[str] = _restart_note(post)
     if max_points is not None and "f" in selected and "sample" in selected["f"].dims \
             and selected["f"].sizes["sample"] > max_points:
         n = selected["f"].sizes["sample"]
@@ -342,6 +342,21 @@ def check_convergence(fitted_or_idata, var_names=None, *, r_hat_max: float = 1.0
                              warnings=problems, note=note, inference=kind, r_hat_max=r_hat_max,
                              ess_min=ess_min, fixed=tuple(fixed),
                              locations={k: locations[k] for k in table.index})
+
+
+def _restart_note(post) -> list[str]:
+    """A sentence when some chains restarted from another chain after the hybrid sampler's
+    pilot (:mod:`bayesmv.inference.restart`): R-hat then compares chains that share a
+    start."""
+    sources = np.atleast_1d(post.attrs.get("warmup_restart_from", []))
+    moved = [(c, int(s)) for c, s in enumerate(sources) if int(s) != c]
+    if not moved:
+        return []
+    names = ", ".join(f"{c} from {s}" for c, s in moved)
+    return [f"After the pilot warm-up, chain(s) {names} restarted from a chain whose log "
+            "density was higher by more than one within-chain standard deviation; R-hat "
+            "compares chains that share that start, and the lower state they left is not "
+            "judged."]
 
 
 def map_description(n_modes: int) -> str:

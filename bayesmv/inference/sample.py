@@ -18,6 +18,7 @@ import pytensor
 from threadpoolctl import threadpool_limits
 
 from bayesmv.builder import BuiltModel
+from bayesmv.inference import restart
 from bayesmv.inference.gibbs import BetaLambdaGibbs, DPMixtureGibbs, LatentVariableGibbs
 from bayesmv.inference.group_moves import (
     BandwidthTransportMove,
@@ -275,7 +276,8 @@ def keep_warmup() -> Iterator[None]:
     ``discard_tuned_samples=False``).
 
     For diagnosis: whether and when each chain reached the region its draws come from.
-    Convergence diagnostics and predictions still use the posterior draws only.
+    Convergence diagnostics and predictions still use the posterior draws only.  The hybrid
+    sampler's pilot warm-up (:mod:`bayesmv.inference.restart`) is not kept.
 
     Examples
     --------
@@ -447,7 +449,9 @@ def run_sampler(
     ``random_seed``, so a fit is reproducible and chains are not copies of each other.  With
     ``sampler="hybrid"`` or ``nuts_sampler="pymc"`` chain i is the same whether it runs
     alone (see :func:`chain_plan`) or with the others.  ``nuts_sampler="numpyro"`` or
-    ``"blackjax"`` run NUTS through PyMC's JAX back-ends (on a GPU when JAX has one).
+    ``"blackjax"`` run NUTS through PyMC's JAX back-ends (on a GPU when JAX has one).  The
+    hybrid sampler runs a pilot first, which restarts chains left far below the best one
+    (:mod:`bayesmv.inference.restart`).
     """
     plan = _PLAN.get()
     if plan is not None and plan.replay is not None:  # draws made elsewhere: build no steps
@@ -463,10 +467,7 @@ def run_sampler(
                   return_inferencedata=True, discard_tuned_samples=not _KEEP_WARMUP.get())
     model = built.model
     if sampler == "hybrid":
-        steps = hybrid_steps(built, target_accept=target_accept, tune=tune)
-        with numpy_steps():
-            return sample_pymc(model, step=steps, initvals=initvals, sample_seed=sample_seed,
-                               cores=cores, **common)
+        return _run_hybrid(built, initvals, sample_seed, cores, target_accept, common)
     if sampler != "nuts":
         raise ValueError(f"sampler must be 'hybrid' or 'nuts', got {sampler!r}")
     check_nuts_sampler(nuts_sampler)
@@ -488,3 +489,55 @@ def run_sampler(
                      nuts_sampler_kwargs={"jitter": False,
                                           "chain_method": _jax_chain_method(chains)},
                      **common)
+
+
+
+def _run_hybrid(built: BuiltModel, initvals: list[dict], sample_seed: int, cores: int | None,
+                target_accept: float, common: dict) -> az.InferenceData:
+    """The hybrid sampler, after a pilot warm-up that restarts chains left in a much
+    lower-density region from the best chain (:mod:`bayesmv.inference.restart`).
+
+    The pilot runs every chain, also under :func:`chain_plan`, so that the restart decision,
+    and hence chain i, is the same whether chain i runs alone or with the others.  The run
+    proper then makes the whole warm-up ``tune`` from the pilot's end points, so its
+    adaptation is that of a run without the pilot.
+    """
+    model, chains, tune = built.model, common["chains"], common["tune"]
+    sources = np.arange(chains)
+    pilot = restart.pilot_length(tune)
+    if chains > 1 and pilot:
+        steps = hybrid_steps(built, target_accept=target_accept,
+                             tune=pilot - restart.COMPARISON_ITERATIONS)
+        phase = dict(common, tune=pilot - restart.COMPARISON_ITERATIONS,
+                     draws=restart.COMPARISON_ITERATIONS, discard_tuned_samples=True,
+                     var_names=[rv.name for rv in model.free_RVs])
+        token = _PLAN.set(None)  # every chain, whichever of them this process keeps
+        try:
+            with numpy_steps():
+                warm = sample_pymc(model, step=steps, initvals=initvals,
+                                   sample_seed=sample_seed, cores=cores, **phase).posterior
+        finally:
+            _PLAN.reset(token)
+        if warm.sizes["chain"] < chains or warm.sizes["draw"] < phase["draws"]:
+            raise KeyboardInterrupt("sampling was interrupted while tuning; nothing was fitted")
+        to_values = restart.value_point_function(model)
+        sources = restart.restart_sources(restart.chain_log_densities(model, warm, to_values))
+        initvals = restart.last_points(warm, to_values, sources)
+        sample_seed = int(np.random.SeedSequence([sample_seed, 1]).generate_state(1)[0])
+    steps = hybrid_steps(built, target_accept=target_accept, tune=tune)
+    try:
+        with numpy_steps():
+            idata = sample_pymc(model, step=steps, initvals=initvals, sample_seed=sample_seed,
+                                cores=cores, **common)
+    except ChainsSampled as sampled:
+        _record_restarts(sampled.idata, sources, pilot if chains > 1 else 0)
+        raise
+    return _record_restarts(idata, sources, pilot if chains > 1 else 0)
+
+
+def _record_restarts(idata: az.InferenceData, sources: np.ndarray, pilot: int
+                     ) -> az.InferenceData:
+    idata.posterior.attrs["pilot_iterations"] = int(pilot)
+    idata.posterior.attrs["warmup_restart_from"] = np.asarray(sources, dtype=int)
+    idata.posterior.attrs["warmup_restarts"] = int(np.sum(sources != np.arange(len(sources))))
+    return idata

@@ -99,7 +99,11 @@ class M3LAK(FittedGraphMixin, BaseMultiViewClassifier):
         (``benchmarks/m3lak_convergence.py``; the README's Benchmarks has the other tasks).
         500 tuning iterations (the default before 2026-11-29) left some chains short of
         their adaptation: 1391-2072 there, and on breast cancer's tuning seeds 200 and 202
-        R-hat 1.011 and 1.042 (1.004 with 1000).
+        R-hat 1.011 and 1.042 (1.004 with 1000).  With two or more chains and at least 400
+        tuning iterations, a chain whose log density halfway through tuning lies far below
+        the best chain's restarts from the best chain's state
+        (:mod:`bayesmv.inference.restart`; ``idata_.posterior.attrs["warmup_restart_from"]``
+        says which did).
     cores : int or None
         Chains run in parallel on this many processes (one per chain, up to the CPU count,
         when None); one after the other inside a daemonic process such as a Dask worker.
