@@ -14,10 +14,10 @@ the draws are identical to ``estimator.fit(X, y)`` with the same ``random_seed``
 ``chains`` when the workers have the same software and kind of CPU as the client.  The chains
 are then concatenated along ``chain`` and handed back to ``fit`` on the client, which
 post-processes them exactly as its own draws (convergence report, point estimates, ...).
-The hybrid sampler's first half of the warm-up compares all chains
-(:mod:`bayesmv.inference.restart`), so each task runs that half for every chain before its
-own chain's second half and draws: with C chains a task makes C times the first half's
-iterations (four chains of the default 1000 + 2000: 4500 iterations a task instead of 3000).
+The hybrid sampler's pilot compares all chains (:mod:`bayesmv.inference.restart`), so each
+task runs the pilot for every chain before its own chain's warm-up and draws: with C chains a
+task makes C pilots (four chains of the default 1000 + 2000 after a 500-iteration pilot: 5000
+iterations a task instead of 3500).
 
 Needs ``pip install 'bayesmv[dask]'``.
 """
