@@ -25,7 +25,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import pymc as pm
 import pytensor
-from pytensor.graph.replace import clone_replace
+
+from bayesmv.inference.predict import of_free_variables
 
 #: a chain restarts when its mean log density over the comparison stretch lies this many
 #: pooled within-chain standard deviations below the best chain's.  The separated states
@@ -89,12 +90,11 @@ def value_point_function(model: pm.Model) -> Callable[[dict], dict[str, np.ndarr
     """A function from a draw of the free variables (their names, constrained values, as a
     trace records them) to the model's value variables (transformed), compiled once."""
     free = list(model.free_RVs)
-    inputs = [rv.type() for rv in free]
-    outputs = []
+    forward = []
     for rv in free:
         transform = model.rvs_to_transforms.get(rv)
-        outputs.append(rv if transform is None else transform.forward(rv, *rv.owner.inputs))
-    outputs = clone_replace(outputs, replace=dict(zip(free, inputs, strict=True)))
+        forward.append(rv if transform is None else transform.forward(rv, *rv.owner.inputs))
+    inputs, outputs = of_free_variables(model, forward)
     fn = pytensor.function(inputs, outputs, on_unused_input="ignore", mode="FAST_RUN")
     names = [model.rvs_to_values[rv].name for rv in free]
     rv_names = [rv.name for rv in free]

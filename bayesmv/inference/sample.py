@@ -491,7 +491,6 @@ def run_sampler(
                      **common)
 
 
-
 def _run_hybrid(built: BuiltModel, initvals: list[dict], sample_seed: int, cores: int | None,
                 target_accept: float, common: dict) -> az.InferenceData:
     """The hybrid sampler, after a pilot warm-up that restarts chains left in a much
@@ -504,8 +503,8 @@ def _run_hybrid(built: BuiltModel, initvals: list[dict], sample_seed: int, cores
     """
     model, chains, tune = built.model, common["chains"], common["tune"]
     sources = np.arange(chains)
-    pilot = restart.pilot_length(tune)
-    if chains > 1 and pilot:
+    pilot = restart.pilot_length(tune) if chains > 1 else 0
+    if pilot:
         steps = hybrid_steps(built, target_accept=target_accept,
                              tune=pilot - restart.COMPARISON_ITERATIONS)
         phase = dict(common, tune=pilot - restart.COMPARISON_ITERATIONS,
@@ -530,9 +529,9 @@ def _run_hybrid(built: BuiltModel, initvals: list[dict], sample_seed: int, cores
             idata = sample_pymc(model, step=steps, initvals=initvals, sample_seed=sample_seed,
                                 cores=cores, **common)
     except ChainsSampled as sampled:
-        _record_restarts(sampled.idata, sources, pilot if chains > 1 else 0)
+        _record_restarts(sampled.idata, sources, pilot)
         raise
-    return _record_restarts(idata, sources, pilot if chains > 1 else 0)
+    return _record_restarts(idata, sources, pilot)
 
 
 def _record_restarts(idata: az.InferenceData, sources: np.ndarray, pilot: int
