@@ -535,7 +535,7 @@ def _strategy_map(built: BuiltModel, settings: EngineSettings, flat: FlatLogp
         if point is not None:
             x = flat.from_point({**_starts(built, settings, 1)[0], **point})
             return x, {"inference": "map", "solver": strategy.__name__.strip("_"),
-                       "map_logp": float(flat(x)[0])}
+                       "map_logp": flat.logp(x)}
     return None, None
 
 
@@ -703,7 +703,7 @@ def fit_exact(built: BuiltModel, settings: EngineSettings
     any point reaches the mode (also the posterior mean, stored as the ``fit`` group) and the
     Laplace approximation there is the posterior."""
     flat, posterior = exact_posterior(built)
-    info = {"inference": "exact", "map_logp": float(flat(posterior.mean)[0])}
+    info = {"inference": "exact", "map_logp": flat.logp(posterior.mean)}
     return _gaussian_draws(built, flat, posterior.mean, settings, info,
                            gaussian=posterior), info
 

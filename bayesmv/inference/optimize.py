@@ -53,11 +53,11 @@ class FlatLogp:
         self.sizes = [int(np.prod(s)) for s in self.shapes]
         self.slices = dict(zip(self.names, block_slices(self.sizes), strict=True))
         self.size = sum(self.sizes)
-        logp = model.logp(jacobian=jacobian)
-        self._grads = pt.grad(logp, self.value_vars)  # kept for the Hessian-vector product
-        self._fn = model.compile_fn([logp, *self._grads], inputs=self.value_vars,
-                                    point_fn=False)
-        self._logp = logp
+        self._logp = model.logp(jacobian=jacobian)
+        # compiled on first use: a registered solver strategy reads the layout above and
+        # evaluates the density once, so the gradient's compilation would be wasted on it
+        self._grads: list | None = None
+        self._fn: Callable | None = None
         self._hvp_fn: Callable | None = None
         self._value_fn: Callable | None = None
         self.n_evals = 0
@@ -80,9 +80,20 @@ class FlatLogp:
                 for n, s in zip(self.names, self.shapes, strict=True)]
 
     # ---------------------------------------------------------- evaluation
+    @property
+    def gradients(self) -> list:
+        """The symbolic gradient of the log density, one entry per value variable (built
+        once: the value-and-gradient and the Hessian-vector functions share it)."""
+        if self._grads is None:
+            self._grads = pt.grad(self._logp, self.value_vars)
+        return self._grads
+
     def __call__(self, x: np.ndarray) -> tuple[float, np.ndarray]:
         """``(log p(x), ∇ log p(x))``."""
         self.n_evals += 1
+        if self._fn is None:
+            self._fn = self.model.compile_fn([self._logp, *self.gradients],
+                                             inputs=self.value_vars, point_fn=False)
         out = self._fn(*self._args(x))
         return float(out[0]), np.concatenate([np.asarray(g).ravel() for g in out[1:]])
 
@@ -99,7 +110,7 @@ class FlatLogp:
         """Exact Hessian-vector product ``∇² log p(x) · v`` (double back-propagation)."""
         if self._hvp_fn is None:
             dirs = [var.type() for var in self.value_vars]
-            inner = pt.sum([pt.sum(g * d) for g, d in zip(self._grads, dirs, strict=True)])
+            inner = pt.sum([pt.sum(g * d) for g, d in zip(self.gradients, dirs, strict=True)])
             hv = pt.grad(inner, self.value_vars)
             self._hvp_fn = self.model.compile_fn(hv, inputs=self.value_vars + dirs,
                                                  point_fn=False)
