@@ -319,13 +319,9 @@ def test_collapsed_assignment_sweep_leaves_the_assignments_posterior_invariant()
     assert len({tuple(z) for z in moved}) > 5
 
 
-def test_dp_mixture_gibbs_sweep_draws_from_its_exact_conditional():
-    """One sweep from a fixed state: z_j | ω_j ∝ π_k N(ω_j; μ_k, σ²_k), then the sticks, then
-    (μ_k, σ²_k) per component given z under the normal–inverse-gamma base.  With M = 2
-    frequencies and K = 2 components z takes 4 values, so each output's law is a 4-term
-    mixture: Beta(1 + n_0, α + n_1) for the stick, InvGamma(a_n, b_n) for σ²_k and the Student
-    t with 2a_n degrees of freedom, location κ₀-shrunk mean and scale √(b_n/(a_n κ_n)) for
-    μ_k (the NIG posterior, Murphy 2007 §3)."""
+def _tiny_dp_mixture(collapsed_sweeps: int):
+    """A DPMixtureGibbs step on M = 2 one-dimensional frequencies and K = 2 components, and a
+    state: (step, point, α, κ₀, a₀, b₀, ω)."""
     rng = np.random.default_rng(13)
     X = [rng.standard_normal((4, 2)), rng.standard_normal((4, 2))]
     alpha = 1.3
@@ -334,8 +330,7 @@ def test_dp_mixture_gibbs_sweep_draws_from_its_exact_conditional():
     built = est.build_model(X, np.array([0, 1, 1, 0]))
     spec = HybridSpec.from_built(built)
     sp = spec.spectral
-    kappa0, a0 = sp.kappa0, sp.a0
-    b0 = (a0 - 1.0) * 1.2**2 / 1  # E[σ²] = b0/(a0 - 1) = bandwidth²/m with m = 1
+    b0 = (sp.a0 - 1.0) * 1.2**2 / 1  # E[σ²] = b0/(a0 - 1) = bandwidth²/m with m = 1
 
     omega = np.array([0.3, -0.4])
     stick, mu, sigma2 = 0.6, np.array([0.5, -0.6]), np.array([0.8, 1.4])
@@ -347,32 +342,98 @@ def test_dp_mixture_gibbs_sweep_draws_from_its_exact_conditional():
     model = built.model
     step = DPMixtureGibbs([model.rvs_to_values[model[name]]
                            for name in ("dp_sticks", "dp_sigma2", "dp_mu")],
-                          spec, collapsed_sweeps=0, model=model, rng=np.random.default_rng(15))
-    n = 6000
-    out = [step.step(dict(point))[0] for _ in range(n)]
+                          spec, collapsed_sweeps=collapsed_sweeps, model=model,
+                          rng=np.random.default_rng(15))
+    return step, point, alpha, sp.kappa0, sp.a0, b0, omega
+
+
+def _nig_laws(z, omega, alpha, kappa0, a0, b0):
+    """Given the assignments z: the stick's Beta law, and per component the InvGamma law of
+    σ²_k and the Student t law of μ_k (σ² integrated out) of the normal–inverse-gamma
+    posterior (Murphy 2007 §3)."""
+    counts = np.bincount(z, minlength=2)
+    sigma_laws, mu_laws = [], []
+    for k in range(2):
+        w = omega[z == k]
+        nk, xbar = len(w), (w.mean() if len(w) else 0.0)
+        kn, an = kappa0 + nk, a0 + nk / 2
+        bn = b0 + 0.5 * np.sum((w - xbar) ** 2) + kappa0 * nk * xbar**2 / (2 * kn)
+        sigma_laws.append(stats.invgamma(an, scale=bn))
+        mu_laws.append(stats.t(2 * an, loc=nk * xbar / kn, scale=np.sqrt(bn / (an * kn))))
+    return stats.beta(1 + counts[0], alpha + counts[1]), sigma_laws, mu_laws
+
+
+def _check_dp_outputs(out, weights, laws):
+    """KS tests of the outputs' stick, σ²_k and μ_k against the mixtures over z of ``laws``
+    (:func:`_nig_laws` per z) with ``weights``."""
     sticks = expit(np.array([o["dp_sticks_logodds__"][0] for o in out]))
     sig = np.exp(np.array([o["dp_sigma2_log__"][:, 0] for o in out]))
     mus = np.array([o["dp_mu"][:, 0] for o in out])
-
-    # the exact law: a mixture over the 4 assignments z
-    pi = np.array([stick, 1.0 - stick])
-    resp = pi * stats.norm.pdf(omega[:, None], mu, np.sqrt(sigma2))   # (M, K)
-    resp /= resp.sum(axis=1, keepdims=True)
-    weights, stick_laws, sigma_laws, mu_laws = [], [], [[], []], [[], []]
-    for z in itertools.product(range(2), repeat=2):
-        z = np.array(z)
-        weights.append(np.prod(resp[np.arange(2), z]))
-        counts = np.bincount(z, minlength=2)
-        stick_laws.append(stats.beta(1 + counts[0], alpha + counts[1]))
-        for k in range(2):
-            w = omega[z == k]
-            nk, xbar = len(w), (w.mean() if len(w) else 0.0)
-            kn, an = kappa0 + nk, a0 + nk / 2
-            bn = b0 + 0.5 * np.sum((w - xbar) ** 2) + kappa0 * nk * xbar**2 / (2 * kn)
-            sigma_laws[k].append(stats.invgamma(an, scale=bn))
-            mu_laws[k].append(stats.t(2 * an, loc=nk * xbar / kn, scale=np.sqrt(bn / (an * kn))))
-    assert min(weights) > 0.05  # every assignment matters
-    assert stats.kstest(sticks, _mixture_cdf(weights, stick_laws)).pvalue > P_MIN
+    assert stats.kstest(sticks, _mixture_cdf(weights, [law[0] for law in laws])).pvalue > P_MIN
     for k in range(2):
-        assert stats.kstest(sig[:, k], _mixture_cdf(weights, sigma_laws[k])).pvalue > P_MIN, k
-        assert stats.kstest(mus[:, k], _mixture_cdf(weights, mu_laws[k])).pvalue > P_MIN, k
+        assert stats.kstest(sig[:, k], _mixture_cdf(
+            weights, [law[1][k] for law in laws])).pvalue > P_MIN, k
+        assert stats.kstest(mus[:, k], _mixture_cdf(
+            weights, [law[2][k] for law in laws])).pvalue > P_MIN, k
+
+
+def test_dp_mixture_gibbs_sweep_draws_from_its_exact_conditional():
+    """One sweep from a fixed state: z_j | ω_j ∝ π_k N(ω_j; μ_k, σ²_k), then the sticks, then
+    (μ_k, σ²_k) per component given z under the normal–inverse-gamma base.  With M = 2
+    frequencies and K = 2 components z takes 4 values, so each output's law is a 4-term
+    mixture: Beta(1 + n_0, α + n_1) for the stick, InvGamma(a_n, b_n) for σ²_k and the Student
+    t with 2a_n degrees of freedom, location κ₀-shrunk mean and scale √(b_n/(a_n κ_n)) for
+    μ_k."""
+    step, point, alpha, kappa0, a0, b0, omega = _tiny_dp_mixture(collapsed_sweeps=0)
+    stick = 0.6
+    mu, sigma2 = point["dp_mu"][:, 0], np.exp(point["dp_sigma2_log__"][:, 0])
+    out = [step.step(dict(point))[0] for _ in range(6000)]
+    # the exact law: a mixture over the 4 assignments z
+    resp = np.array([stick, 1.0 - stick]) * stats.norm.pdf(omega[:, None], mu, np.sqrt(sigma2))
+    resp /= resp.sum(axis=1, keepdims=True)   # (M, K)
+    states = [np.array(z) for z in itertools.product(range(2), repeat=2)]
+    weights = [np.prod(resp[np.arange(2), z]) for z in states]
+    assert min(weights) > 0.05  # every assignment matters
+    _check_dp_outputs(out, weights, [_nig_laws(z, omega, alpha, kappa0, a0, b0)
+                                     for z in states])
+
+
+def test_dp_mixture_gibbs_with_collapsed_scans_leaves_the_posterior_invariant():
+    """The sampler's default step: z | ω, π, μ, σ², then two scans of z | Ω with the sticks
+    and the components integrated out, then the sticks and (μ, σ²) given z.  Started from
+    exact draws of p(π, μ, σ² | Ω), its outputs must follow that posterior: the mixture over
+    z of the normal–inverse-gamma laws with weights p(z | Ω) ∝ p(z) p(Ω | z), written from
+    the stick-breaking prior's Beta functions and each component's multivariate t marginal
+    (as in the scan's own test), independently of the step.  Independent starts make the
+    outputs independent, so KS tests apply."""
+    from scipy.special import betaln
+
+    step, point, alpha, kappa0, a0, b0, omega = _tiny_dp_mixture(collapsed_sweeps=2)
+    states = [np.array(z) for z in itertools.product(range(2), repeat=2)]
+
+    def log_marginal(w):
+        if len(w) == 0:
+            return 0.0
+        shape = (b0 / a0) * (np.eye(len(w)) + 1.0 / kappa0)
+        return stats.multivariate_t(np.zeros(len(w)), shape, df=2 * a0).logpdf(w)
+
+    log_post = np.array([betaln(1 + np.sum(z == 0), alpha + np.sum(z == 1)) - betaln(1, alpha)
+                         + sum(log_marginal(omega[z == k]) for k in range(2)) for z in states])
+    weights = np.exp(log_post - log_post.max())
+    weights /= weights.sum()
+    laws = [_nig_laws(z, omega, alpha, kappa0, a0, b0) for z in states]
+    rng = np.random.default_rng(16)
+    out = []
+    for i in rng.choice(len(states), size=6000, p=weights):
+        z, (stick_law, sigma_laws, _) = states[i], laws[i]
+        counts = np.bincount(z, minlength=2).astype(float)
+        sums = np.array([omega[z == k].sum() for k in range(2)])
+        sigma2 = np.array([law.rvs(random_state=rng) for law in sigma_laws])
+        mu = (sums + np.sqrt(sigma2 * (kappa0 + counts)) * rng.standard_normal(2)) / (
+            kappa0 + counts)
+        stick = stick_law.rvs(random_state=rng)
+        start = dict(point)
+        start["dp_sticks_logodds__"] = np.log([stick / (1 - stick)])
+        start["dp_mu"], start["dp_sigma2_log__"] = mu[:, None], np.log(sigma2)[:, None]
+        out.append(step.step(start)[0])
+    _check_dp_outputs(out, weights, laws)
