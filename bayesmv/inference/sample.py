@@ -50,11 +50,12 @@ def hybrid_steps(built: BuiltModel, target_accept: float = 0.8, tune: int = 0) -
     λ and U integrated out) → β and each latent column's bandwidth with λ integrated out
     (:class:`CoefficientHMC`) → larger steps of a column's bandwidth with β transported along
     (:class:`~bayesmv.inference.group_moves.BandwidthTransportMove`) → DP mixture
-    (blocked Gibbs) → τ with U integrated out, then U, W, V, r, τ (exact Gibbs; on a view wider
-    than its rows τ and r with W, V integrated out, then W, V) → τ with H
-    carried along (:class:`NoiseInterweavingMove`), then two moves along directions the
-    likelihood does not see: each latent column's scale (:class:`LatentScaleMove`) and
-    rotations of pairs of latent columns (:class:`LatentRotationMove`).
+    (blocked Gibbs, with collapsed scans of its assignments) → τ with U integrated out,
+    then U, W, V, r, τ (exact Gibbs; on a view wider than its rows τ and r with W, V
+    integrated out, then W, V) → τ with H carried along (:class:`NoiseInterweavingMove`),
+    then two moves along directions the likelihood does not see: each latent column's scale
+    (:class:`LatentScaleMove`) and rotations of pairs of latent columns
+    (:class:`LatentRotationMove`).
 
     ``CoefficientHMC`` undoes the β ↔ λ coupling of the augmentation (the height of f beyond
     the margin is otherwise its slowest direction).  With one view-specific latent column
