@@ -45,12 +45,13 @@ __all__ = ["MAIN_CHAINS", "QUICK", "build_parser", "main", "parse_args", "run", 
 # this filter covers re-imports only; the import-time one must be filtered there.)
 _ARVIZ_REFACTOR = r"\s*ArviZ is undergoing a major refactor"
 
-#: settings of ``--quick``: a real fit in about 50 s on two cores.  With 2 x (500 + 2000)
+#: settings of ``--quick``: a real fit in about 52 s on two cores.  With 2 x (500 + 2000)
 #: draws after the sampler's 250-iteration pilot, seeds 0, 1, 2 (split and sampler): max R-hat
-#: of f and τ 1.005 / 1.011 / 1.006, min bulk ESS 1020 / 470 / 898, 47-51 s in all
-#: (2026-11-30, stop 62; before the pilot 1.005 / 1.009 / 1.006, 990 / 256 / 926, 41-44 s;
-#: on tuning seeds 13 and 14 1.010 / 157
-#: and 1.009 / 432; 2026-11-29, before τ's interweaving move: seeds 0-2 1.011 / 1.008 / 1.008,
+#: of f and τ 1.004 / 1.006 / 1.005, min bulk ESS 1148 / 354 / 388, 51-53 s in all
+#: (2026-11-30, stop 63, with the DP mixture's collapsed scans; stop 62 without them
+#: 1.005 / 1.011 / 1.006, 1020 / 470 / 898, 47-51 s; before the pilot 1.005 / 1.009 / 1.006,
+#: 990 / 256 / 926, 41-44 s; on tuning seeds 13 and 14 1.010 / 157 and 1.009 / 432;
+#: 2026-11-29, before τ's interweaving move: seeds 0-2 1.011 / 1.008 / 1.008,
 #: 530 / 338 / 905, 38-39 s; seed 13 1.072 / 22).  Chosen on seeds 11 and 12: 2 x 2000
 #: gave 1.007 / 1.006 and ESS 757 / 834, 4 x 1000 1.014 / 1.007 and 543 / 980.  With 2 x 1000
 #: the run took 26-28 s, but seed 0 gave R-hat 1.027 and a min bulk ESS of 92

@@ -519,9 +519,9 @@ def _run_hybrid(built: BuiltModel, initvals: list[dict], sample_seed: int, cores
     sources = np.arange(chains)
     pilot = restart.pilot_length(tune) if chains > 1 else 0
     if pilot:
-        steps = hybrid_steps(built, target_accept=target_accept,
-                             tune=pilot - restart.COMPARISON_ITERATIONS)
-        phase = dict(common, tune=pilot - restart.COMPARISON_ITERATIONS,
+        pilot_tune = pilot - restart.COMPARISON_ITERATIONS  # the last iterations frozen
+        steps = hybrid_steps(built, target_accept=target_accept, tune=pilot_tune)
+        phase = dict(common, tune=pilot_tune,
                      draws=restart.COMPARISON_ITERATIONS, discard_tuned_samples=True,
                      var_names=[rv.name for rv in model.free_RVs])
         token = _PLAN.set(None)  # every chain, whichever of them this process keeps

@@ -100,8 +100,9 @@ class M3LAK(FittedGraphMixin, BaseMultiViewClassifier):
         500 tuning iterations (the default before 2026-11-29) left some chains short of
         their adaptation: 1391-2072 there, and on breast cancer's tuning seeds 200 and 202
         R-hat 1.011 and 1.042 (1.004 with 1000).  With two or more chains and at least 400
-        tuning iterations, a chain whose log density halfway through tuning lies far below
-        the best chain's restarts from the best chain's state
+        tuning iterations, every chain first runs a pilot of half the warm-up's length, and a
+        chain whose log density at the pilot's end lies far below the best chain's starts the
+        warm-up from the best chain's state
         (:mod:`bayesmv.inference.restart`; ``idata_.posterior.attrs["warmup_restart_from"]``
         says which did).
     cores : int or None
