@@ -9,8 +9,10 @@ minimum bulk ESS of f per second, and the test accuracy, Brier score and ECE; th
 diagnosis, the chain means, R-hat and ESS of global summaries that a slow direction would
 show: ||β||, ||Ω||, Ω's top singular value (the bandwidth along the most discriminative
 latent direction), the mean |f|, the slowest decision value and its within-chain
-correlation with the two bandwidths, the log noise precision and log ||W_v|| of each view and the
-number of occupied DP components.  Beside f's smallest ESS it prints the median, and the
+correlation with the two bandwidths, the log noise precision and log ||W_v|| of each view (with
+the slowest value's correlation with each), the latent column whose bandwidth differs most
+between chains with that column's ARD precision in each view, and the number of occupied DP
+components.  Beside f's smallest ESS it prints the median, and the
 largest R-hat that a sampler which has converged, with that autocorrelation, would still show
 among as many quantities by chance (``rhat_noise_floor``): a max R-hat near that floor asks
 for more effective draws, one far above it for a slow direction.
@@ -29,7 +31,10 @@ before the draws began (a chain that arrives late shows as a trend in its first 
 ``--task``: the tasks of ``benchmarks/accuracy.py``.  ``digits-AvB``: any UCI pair, the
 same 75/25 split.  ``breast-cancer``: scikit-learn's bundled Wisconsin diagnostic breast-cancer
 data as three views of each sample's ten cell-nucleus measurements (their means, standard
-errors and worst values), the same 75/25 stratified split.
+errors and worst values), the same 75/25 stratified split.  ``sk-digits-AvB``: two of
+scikit-learn's 8 x 8 handwritten digits (not the UCI set), the left and right halves of each
+image as two views of 32 pixels, the same 75/25 split: real data no sampler default was
+chosen on.
 ``synthetic-{quadratic,circle,xor}``: ``make_nonlinear_latent(n_samples=1000, view_dims=(100,
 50), random_seed=0)``, a 70/30 stratified split.  ``synthetic-wide-2`` and ``synthetic-wide-3``:
 views wider than the training rows (see :func:`wide_views`), a 75/25 split.  Every split is
@@ -52,6 +57,7 @@ import xarray as xr
 from accuracy import tasks as accuracy_tasks
 from accuracy import uci_pair
 from scipy import signal
+from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
 from bayesmv import M3LAK
@@ -72,6 +78,22 @@ def _within_chain_correlation(a: np.ndarray, b: np.ndarray) -> float:
     a = (a - a.mean(axis=1, keepdims=True)).ravel()
     b = (b - b.mean(axis=1, keepdims=True)).ravel()
     return float(np.corrcoef(a, b)[0, 1])
+
+
+def print_column_bandwidths(post: xr.Dataset) -> None:
+    """The latent column whose bandwidth ``||Ω_{:j}||`` differs most between chains, with
+    each view's log ARD precision of that column: on the synthetic tasks the chains put a
+    large bandwidth on different weakly loaded columns (a column is not rotation-invariant,
+    so this is a diagnosis, not a convergence check)."""
+    spread = np.sqrt(np.sum(post["Omega"].values ** 2, axis=-2))  # (chain, draw, m)
+    rhats = [float(az.rhat(xr.Dataset({"x": (("chain", "draw"), spread[..., j])}))["x"])
+             for j in range(spread.shape[-1])]
+    j = int(np.nanargmax(rhats))
+    print(_summary(f"||Omega_:{j}|| (column)", spread[..., j]))
+    log_r = np.log(post["r"].values[..., j])  # (chain, draw, view)
+    for v in range(log_r.shape[-1]):
+        print(f"    log r of view {v}, column {j}: chain means "
+              f"{np.array2string(log_r[..., v].mean(axis=1), precision=2)}")
 
 
 def print_chain_paths(est: M3LAK, blocks: int = 10) -> None:
@@ -149,23 +171,39 @@ def load_task(name: str) -> tuple[list[np.ndarray], np.ndarray, float]:
     pair = digit_pair(name)
     if pair is not None:
         return uci_pair(*pair)
+    pair = digit_pair(name, prefix="sk-digits")
+    if pair is not None:
+        return (*image_halves_pair(*pair), 0.25)
     raise ValueError(f"unknown task {name!r}")
 
 
-def digit_pair(name: str) -> tuple[int, int] | None:
-    """The two digits of a task ``digits-AvB`` (A the negative class), or None."""
-    pair = re.fullmatch(r"digits-(\d)v(\d)", name)
+def image_halves_pair(negative: int, positive: int) -> tuple[list[np.ndarray], np.ndarray]:
+    """Two of scikit-learn's 8 x 8 handwritten digits (not the UCI Multiple Features set) as
+    two views, the left and right halves of each image (32 pixels each)."""
+    images, y = load_digits(return_X_y=True)
+    keep = np.isin(y, (negative, positive))
+    images = images[keep].reshape(-1, 8, 8)
+    halves = [images[:, :, :4].reshape(-1, 32), images[:, :, 4:].reshape(-1, 32)]
+    return halves, (y[keep] == positive).astype(int)
+
+
+def digit_pair(name: str, prefix: str = "digits") -> tuple[int, int] | None:
+    """The two digits of a task ``digits-AvB`` (``sk-digits-AvB`` with that prefix; A the
+    negative class), or None."""
+    pair = re.fullmatch(re.escape(prefix) + r"-(\d)v(\d)", name)
     if pair is None or pair[1] == pair[2]:
         return None
     return int(pair[1]), int(pair[2])
 
 
 def task_name(text: str) -> str:
-    """``--task``'s type: a task of ``benchmarks/accuracy.py`` or any UCI pair ``digits-AvB``."""
-    if text in TASKS or digit_pair(text) is not None:
+    """``--task``'s type: a task of ``benchmarks/accuracy.py``, any UCI pair ``digits-AvB`` or
+    any pair of scikit-learn's 8 x 8 digits ``sk-digits-AvB``."""
+    if (text in TASKS or digit_pair(text) is not None
+            or digit_pair(text, prefix="sk-digits") is not None):
         return text
-    raise argparse.ArgumentTypeError(f"unknown task {text!r}: one of {', '.join(TASKS)} or "
-                                     "digits-AvB (A, B two different digits)")
+    raise argparse.ArgumentTypeError(f"unknown task {text!r}: one of {', '.join(TASKS)}, "
+                                     "digits-AvB or sk-digits-AvB (A, B two different digits)")
 
 
 TASKS = tuple(_slug(task) for task, *_ in accuracy_tasks(quick=False)) + tuple(WIDE_TASKS)
@@ -257,8 +295,10 @@ def main() -> None:
               f"singular value {_within_chain_correlation(f[..., slowest], top_sv):+.2f}")
         for v in range(post["tau"].shape[-1]):
             print(_summary(f"log tau_{v}", np.log(post["tau"].values[..., v])))
-            print(_summary(f"log ||W_{v}||",
-                           0.5 * np.log(np.sum(post[f"W_{v}"].values ** 2, axis=(-1, -2)))))
+            log_w = 0.5 * np.log(np.sum(post[f"W_{v}"].values ** 2, axis=(-1, -2)))
+            corr = _within_chain_correlation(f[..., slowest], log_w)
+            print(_summary(f"log ||W_{v}||", log_w) + f"  corr. with the slowest f {corr:+.2f}")
+        print_column_bandwidths(post)
         stats = est.idata_.sample_stats
         if "n_active_components" in stats:
             print(_summary("occupied DP components",
