@@ -56,8 +56,8 @@ import numpy as np
 import xarray as xr
 from accuracy import tasks as accuracy_tasks
 from accuracy import uci_pair
+from rhotmvrkm import task_data
 from scipy import signal
-from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
 from bayesmv import M3LAK
@@ -180,11 +180,9 @@ def load_task(name: str) -> tuple[list[np.ndarray], np.ndarray, float]:
 def image_halves_pair(negative: int, positive: int) -> tuple[list[np.ndarray], np.ndarray]:
     """Two of scikit-learn's 8 x 8 handwritten digits (not the UCI Multiple Features set) as
     two views, the left and right halves of each image (32 pixels each)."""
-    images, y = load_digits(return_X_y=True)
+    views, y = task_data("sk-digits")
     keep = np.isin(y, (negative, positive))
-    images = images[keep].reshape(-1, 8, 8)
-    halves = [images[:, :, :4].reshape(-1, 32), images[:, :, 4:].reshape(-1, 32)]
-    return halves, (y[keep] == positive).astype(int)
+    return [v[keep] for v in views], (y[keep] == positive).astype(int)
 
 
 def digit_pair(name: str, prefix: str = "digits") -> tuple[int, int] | None:
