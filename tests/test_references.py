@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from scipy import integrate, linalg, optimize, stats
 from scipy.spatial.distance import cdist
-from scipy.special import expit
+from scipy.special import betaln, expit
 
 from bayesmv import M3LAK, MVLSVM, RhoTMVRKM
 from bayesmv.inference.conjugate import FeaturePosterior, KernelPosterior
@@ -270,21 +270,15 @@ def _mixture_cdf(weights, dists):
     return lambda x: sum(w * d.cdf(x) for w, d in zip(weights, dists, strict=True))
 
 
-def test_collapsed_assignment_sweep_leaves_the_assignments_posterior_invariant():
-    """z ~ p(z | Ω) exactly (enumerated), one collapsed scan, and z must still follow p(z | Ω).
+def _assignment_posterior(Omega, K, alpha, kappa0, a0, b0):
+    """Every assignment z of Ω's rows to K components and its exact p(z | Ω), enumerated.
 
-    The reference is written independently of the scan's sequential predictive: p(z) is the
-    product of Beta-function ratios of the truncated stick-breaking prior (each
-    E[v^{n_k} (1 - v)^{T_k}] for v ~ Beta(1, α)), and each component's frequencies are
-    jointly multivariate-t per dimension with 2a₀ degrees of freedom and shape
-    (b₀/a₀)(I + 11ᵀ/κ₀) (μ ~ N(0, σ²/κ₀), σ² ~ InvGamma(a₀, b₀) integrated out).  Independent
-    starting draws make the outputs independent, so a chi-square test applies.
+    Written independently of the sampler's sequential predictive: p(z) is the product of
+    Beta-function ratios of the truncated stick-breaking prior (each E[v^{n_k} (1 - v)^{T_k}]
+    for v ~ Beta(1, α)), and each component's frequencies are jointly multivariate-t per
+    dimension with 2a₀ degrees of freedom and shape (b₀/a₀)(I + 11ᵀ/κ₀) (μ ~ N(0, σ²/κ₀),
+    σ² ~ InvGamma(a₀, b₀) integrated out).
     """
-    from scipy.special import betaln
-
-    rng = np.random.default_rng(21)
-    K, alpha, kappa0, a0, b0 = 3, 0.7, 2.0, 3.0, 0.8
-    Omega = np.array([[0.2, -0.1], [1.5, 0.9], [1.3, 1.2]])
     M, m = Omega.shape
 
     def log_prior(z):
@@ -302,8 +296,20 @@ def test_collapsed_assignment_sweep_leaves_the_assignments_posterior_invariant()
     states = [np.array(z) for z in itertools.product(range(K), repeat=M)]
     log_post = np.array([log_prior(z) + sum(log_marginal(Omega[z == k]) for k in range(K))
                          for z in states])
-    exact = np.exp(log_post - log_post.max())
-    exact /= exact.sum()
+    weights = np.exp(log_post - log_post.max())
+    return states, weights / weights.sum()
+
+
+def test_collapsed_assignment_sweep_leaves_the_assignments_posterior_invariant():
+    """z ~ p(z | Ω) exactly (enumerated by :func:`_assignment_posterior`, independently of
+    the scan), one collapsed scan, and z must still follow p(z | Ω).  Independent starting
+    draws make the outputs independent, so a chi-square test applies.
+    """
+    rng = np.random.default_rng(21)
+    K, alpha, kappa0, a0, b0 = 3, 0.7, 2.0, 3.0, 0.8
+    Omega = np.array([[0.2, -0.1], [1.5, 0.9], [1.3, 1.2]])
+    M = Omega.shape[0]
+    states, exact = _assignment_posterior(Omega, K, alpha, kappa0, a0, b0)
     assert exact.min() > 1e-3  # every state is visited often enough for the test
 
     n = 8000
@@ -402,25 +408,11 @@ def test_dp_mixture_gibbs_with_collapsed_scans_leaves_the_posterior_invariant():
     """The sampler's default step: z | ω, π, μ, σ², then two scans of z | Ω with the sticks
     and the components integrated out, then the sticks and (μ, σ²) given z.  Started from
     exact draws of p(π, μ, σ² | Ω), its outputs must follow that posterior: the mixture over
-    z of the normal–inverse-gamma laws with weights p(z | Ω) ∝ p(z) p(Ω | z), written from
-    the stick-breaking prior's Beta functions and each component's multivariate t marginal
-    (as in the scan's own test), independently of the step.  Independent starts make the
-    outputs independent, so KS tests apply."""
-    from scipy.special import betaln
-
+    z of the normal–inverse-gamma laws with weights p(z | Ω) (:func:`_assignment_posterior`,
+    independent of the step).  Independent starts make the outputs independent, so KS tests
+    apply."""
     step, point, alpha, kappa0, a0, b0, omega = _tiny_dp_mixture(collapsed_sweeps=2)
-    states = [np.array(z) for z in itertools.product(range(2), repeat=2)]
-
-    def log_marginal(w):
-        if len(w) == 0:
-            return 0.0
-        shape = (b0 / a0) * (np.eye(len(w)) + 1.0 / kappa0)
-        return stats.multivariate_t(np.zeros(len(w)), shape, df=2 * a0).logpdf(w)
-
-    log_post = np.array([betaln(1 + np.sum(z == 0), alpha + np.sum(z == 1)) - betaln(1, alpha)
-                         + sum(log_marginal(omega[z == k]) for k in range(2)) for z in states])
-    weights = np.exp(log_post - log_post.max())
-    weights /= weights.sum()
+    states, weights = _assignment_posterior(omega[:, None], 2, alpha, kappa0, a0, b0)
     laws = [_nig_laws(z, omega, alpha, kappa0, a0, b0) for z in states]
     rng = np.random.default_rng(16)
     out = []
