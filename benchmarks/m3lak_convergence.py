@@ -86,8 +86,7 @@ def print_column_bandwidths(post: xr.Dataset) -> None:
     large bandwidth on different weakly loaded columns (a column is not rotation-invariant,
     so this is a diagnosis, not a convergence check)."""
     spread = np.sqrt(np.sum(post["Omega"].values ** 2, axis=-2))  # (chain, draw, m)
-    rhats = [float(az.rhat(xr.Dataset({"x": (("chain", "draw"), spread[..., j])}))["x"])
-             for j in range(spread.shape[-1])]
+    rhats = az.rhat(xr.Dataset({"x": (("chain", "draw", "column"), spread)}))["x"].values
     j = int(np.nanargmax(rhats))
     print(_summary(f"||Omega_:{j}|| (column)", spread[..., j]))
     log_r = np.log(post["r"].values[..., j])  # (chain, draw, view)
