@@ -85,8 +85,9 @@ def hybrid_steps(built: BuiltModel, target_accept: float = 0.8, tune: int = 0) -
     sticks and the components integrated out (:data:`DP_COLLAPSED_SWEEPS`) before the sticks
     and the components are drawn given them: the number of occupied components then moves
     by single frequencies instead of waiting for a prior draw of an empty component near
-    one.  On the twenty held-out fits of the README's "Convergence" section (eighteen UCI digit
-    pairs, 3 vs 5's and breast cancer's second splits, seed 0, 4 × (1000 + 2000)),
+    one.  On the twenty held-out fits of ``docs/benchmarks.md``'s "Convergence" part
+    (eighteen UCI digit pairs, 3 vs 5's and breast cancer's second splits, seed 0,
+    4 × (1000 + 2000)),
     18 of 20 converged with the scans against 16 of 20 without: 5 vs 6 (f's smallest bulk
     ESS 127 → 2735) and 3 vs 5's second split (τ's R-hat 1.0127 → 1.0078) now converge, and
     every fit that converged before still does, for 8-15 % more time a fit.

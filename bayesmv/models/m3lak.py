@@ -92,11 +92,11 @@ class M3LAK(FittedGraphMixin, BaseMultiViewClassifier):
     draws, tune, chains : int, default 2000, 1000, 2
         Posterior draws and tuning iterations per chain, number of chains.  Some directions
         (the frequencies' Dirichlet-process mixture, the loadings of a small view) mix
-        slowly (see the README's Benchmarks), so the default keeps 2000 draws after 1000
+        slowly (see ``docs/benchmarks.md``), so the default keeps 2000 draws after 1000
         tuning iterations: with 4 chains on the UCI digits 3 vs 5 a fit took 107-113 s on a
         2-core machine (its speed varies between about half and twice that), every training
         decision value reached a bulk ESS of at least 2317 and R-hat ≤ 1.005 on seeds 0-2
-        (``benchmarks/m3lak_convergence.py``; the README's Benchmarks has the other tasks).
+        (``benchmarks/m3lak_convergence.py``; ``docs/benchmarks.md`` has the other tasks).
         500 tuning iterations (the default before 2026-11-29) left some chains short of
         their adaptation: 1391-2072 there, and on breast cancer's tuning seeds 200 and 202
         R-hat 1.011 and 1.042 (1.004 with 1000).  With two or more chains and at least 400
@@ -152,7 +152,7 @@ class M3LAK(FittedGraphMixin, BaseMultiViewClassifier):
         the UCI digits 3 vs 5 the morphological view has one (no 3 or 5 has a non-zero first
         ``mor`` feature), and leaving it out lowered τ of that view from about 21 to 9-11
         and raised the smallest bulk ESS of τ 2-2.6× (4 chains of 500 + 2000, seeds 0-2 and
-        tuning seed 11; README's Benchmarks).
+        tuning seed 11; ``docs/benchmarks.md``).
     n_latent_draws : int, default 16
         Draws of the test latent h* per posterior draw for ``predict_proba`` and
         ``decision_function`` (the same standard-normal draws for every row, so a row's
