@@ -173,14 +173,8 @@ def test_frequency_hmc_samples_the_exact_conditional(collapse):
                  **{q: np.interp(q, cdf, grid) for q in (0.1, 0.5, 0.9)}}
     # the draws are autocorrelated (the modes near ±ω exchange slowly): compare each summary
     # with its Monte-Carlo standard error rather than with a KS test that assumes independence
-    ds = az.convert_to_dataset({"w": draws})
-    with without_numba():  # ArviZ's numba path of the sd's MCSE fails on arrays
-        estimates = {"mean": (draws.mean(), float(az.mcse(ds)["w"])),
-                     "sd": (draws.std(ddof=1), float(az.mcse(ds, method="sd")["w"])),
-                     **{q: (np.quantile(draws, q),
-                            float(az.mcse(ds, method="quantile", prob=q)["w"]))
-                        for q in (0.1, 0.5, 0.9)}}
-    assert float(az.ess(ds)["w"]) > 150
+    estimates = _chain_summaries(draws, (0.1, 0.5, 0.9))
+    assert float(az.ess(az.convert_to_dataset({"w": draws}))["w"]) > 150
     for name, (value, se) in estimates.items():
         assert abs(value - reference[name]) < 4 * se, (name, value, reference[name], se)
 
@@ -224,6 +218,18 @@ def test_coefficient_hmc_samples_the_hinge_posterior_of_beta_with_lambda_integra
     _weighted_summaries_agree(chains, reference, w, min_ess=1000)
 
 
+def _chain_summaries(chains, probs):
+    """Mean, sd and the ``probs`` quantiles of pooled chains (chain, draw), each with its
+    Monte-Carlo standard error: ``{name: (value, mcse)}``."""
+    ds = az.convert_to_dataset({"x": chains})
+    x = chains.ravel()
+    with without_numba():  # ArviZ's numba path of the sd's MCSE fails on arrays
+        return {"mean": (x.mean(), float(az.mcse(ds)["x"])),
+                "sd": (x.std(ddof=1), float(az.mcse(ds, method="sd")["x"])),
+                **{q: (np.quantile(x, q), float(az.mcse(ds, method="quantile", prob=q)["x"]))
+                   for q in probs}}
+
+
 def _weighted_summaries_agree(chains, reference, w, min_ess, batches=20):
     """Each quantity of ``chains`` (chain, draw, k) against the self-normalised importance sample
     ``reference`` (n, k) with weights w: mean, sd and 5/50/95 % quantiles within four combined
@@ -247,22 +253,14 @@ def _weighted_summaries_agree(chains, reference, w, min_ess, batches=20):
 
     parts = np.array_split(np.arange(len(w)), batches)
     for j in range(chains.shape[2]):
-        x, ref = chains[:, :, j].ravel(), reference[:, j]
-        ds = az.convert_to_dataset({"x": chains[:, :, j]})
+        ref = reference[:, j]
         expected = summaries(ref, w)
         per_batch = [summaries(ref[p], w[p]) for p in parts]
-        with without_numba():
-            mcse = {"mean": float(az.mcse(ds)["x"]),
-                    "sd": float(az.mcse(ds, method="sd")["x"]),
-                    **{q: float(az.mcse(ds, method="quantile", prob=q)["x"])
-                       for q in (0.05, 0.5, 0.95)}}
-        values = {"mean": x.mean(), "sd": x.std(ddof=1),
-                  **{q: np.quantile(x, q) for q in (0.05, 0.5, 0.95)}}
-        assert float(az.ess(ds)["x"]) > min_ess, j
-        for name, value in values.items():
+        assert float(az.ess(az.convert_to_dataset({"x": chains[:, :, j]}))["x"]) > min_ess, j
+        for name, (value, se) in _chain_summaries(chains[:, :, j], (0.05, 0.5, 0.95)).items():
             ref_se = np.std([b[name] for b in per_batch], ddof=1) / np.sqrt(batches)
-            assert abs(value - expected[name]) < 4 * np.hypot(mcse[name], ref_se), (
-                j, name, value, expected[name], mcse[name], ref_se)
+            assert abs(value - expected[name]) < 4 * np.hypot(se, ref_se), (
+                j, name, value, expected[name], se, ref_se)
 
 
 def test_coefficient_hmc_with_bandwidth_samples_the_joint_along_the_scale_orbit(one_dim_model):
