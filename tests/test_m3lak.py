@@ -236,41 +236,74 @@ def test_parameter_recovery_from_the_generative_model():
     assert est.score([x[test] for x in X], y[test]) > 0.85
 
 
-@pytest.mark.long
-@pytest.mark.timeout(600)
-def test_hybrid_and_nuts_target_the_same_posterior():
-    """Posterior mean, sd and 5 % / 95 % quantiles of held-out decision values agree within
-    Monte-Carlo error (ArviZ's MCSE of each), with the default DP-mixture spectral density."""
+def _held_out_summaries(sampler: str, draws: int) -> dict:
+    """Mean, sd and 5 % / 95 % quantiles of six held-out decision values, each with its MCSE,
+    from a small M3LAK posterior (default DP-mixture spectral density) sampled by ``sampler``."""
     X, y = make_nonlinear_latent(n_samples=40, view_dims=(8, 6), latent_dim=2,
                                  view_latent_dim=1, noise=0.3, random_seed=0)
     X_train, X_test = [x[:30] for x in X], [x[30:36] for x in X]
-    summaries = {}
-    for sampler, draws in (("hybrid", 500), ("nuts", 400)):
-        est = M3LAK(latent_dim=2, n_frequencies=5, view_latent_dim=1, n_components=3,
-                    inference=sampler, draws=draws, tune=draws, chains=2, cores=1,
-                    random_seed=3, max_predict_draws=10**6)
-        with warnings.catch_warnings():
-            # judged below by the agreement itself, whatever the per-chain ESS thresholds say
-            warnings.simplefilter("ignore", ConvergenceWarning)
-            est.fit(X_train, y[:30])
-        f = est._decision_draws(X_test)[..., 0].reshape(2, draws, -1)
-        ds = az.convert_to_dataset({"f": f})
-        with without_numba():  # ArviZ's numba path of the sd's MCSE fails on arrays
-            summaries[sampler] = {
-                "mean": (f.mean(axis=(0, 1)), az.mcse(ds)["f"].values),
-                "sd": (f.reshape(-1, f.shape[-1]).std(axis=0, ddof=1),
-                       az.mcse(ds, method="sd")["f"].values),
-                **{f"q{q:.2f}": (np.quantile(f.reshape(-1, f.shape[-1]), q, axis=0),
-                                 az.mcse(ds, method="quantile", prob=q)["f"].values)
-                   for q in (0.05, 0.95)},
-            }
-    for stat in summaries["hybrid"]:
-        (h, se_h), (n, se_n) = summaries["hybrid"][stat], summaries["nuts"][stat]
+    est = M3LAK(latent_dim=2, n_frequencies=5, view_latent_dim=1, n_components=3,
+                inference=sampler, draws=draws, tune=draws, chains=2, cores=1,
+                random_seed=3, max_predict_draws=10**6)
+    with warnings.catch_warnings():
+        # judged by the agreement itself, whatever the per-chain ESS thresholds say
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est.fit(X_train, y[:30])
+    f = est._decision_draws(X_test)[..., 0].reshape(2, draws, -1)
+    ds = az.convert_to_dataset({"f": f})
+    with without_numba():  # ArviZ's numba path of the sd's MCSE fails on arrays
+        return {
+            "mean": (f.mean(axis=(0, 1)), az.mcse(ds)["f"].values),
+            "sd": (f.reshape(-1, f.shape[-1]).std(axis=0, ddof=1),
+                   az.mcse(ds, method="sd")["f"].values),
+            **{f"q{q:.2f}": (np.quantile(f.reshape(-1, f.shape[-1]), q, axis=0),
+                             az.mcse(ds, method="quantile", prob=q)["f"].values)
+               for q in (0.05, 0.95)},
+        }
+
+
+@pytest.fixture(scope="module")
+def nuts_held_out_summaries():
+    return _held_out_summaries("nuts", 400)
+
+
+def _assert_same_posterior(ours: dict, nuts: dict) -> None:
+    for stat in ours:
+        (h, se_h), (n, se_n) = ours[stat], nuts[stat]
         z = (h - n) / np.sqrt(se_h**2 + se_n**2)
         # 24 comparisons: |z| < 3.8 each keeps the family-wise false alarm rate below 0.4 %
         assert np.all(np.abs(z) < 3.8), (stat, z)
-    (m_h, se_h), (_, se_n) = summaries["hybrid"]["mean"], summaries["nuts"]["mean"]
+    (m_h, se_h), (_, se_n) = ours["mean"], nuts["mean"]
     assert np.all(se_h < 0.1) and np.all(se_n < 0.1) and np.ptp(m_h) > 1.0
+
+
+@pytest.mark.long
+@pytest.mark.timeout(600)
+def test_hybrid_and_nuts_target_the_same_posterior(nuts_held_out_summaries):
+    """Posterior mean, sd and 5 % / 95 % quantiles of held-out decision values agree within
+    Monte-Carlo error (ArviZ's MCSE of each), with the default DP-mixture spectral density."""
+    _assert_same_posterior(_held_out_summaries("hybrid", 500), nuts_held_out_summaries)
+
+
+@pytest.mark.long
+@pytest.mark.timeout(600)
+def test_latent_column_move_keeps_the_hybrid_sampler_on_the_posterior(nuts_held_out_summaries,
+                                                                     monkeypatch):
+    """The sweep with :class:`LatentColumnHMC` added (not in the default sweep) still samples
+    the posterior NUTS samples: the move and its loadings' redraw leave it invariant."""
+    from bayesmv.inference import sample as sample_module
+    from bayesmv.inference.latent_column import LatentColumnHMC
+    from bayesmv.inference.spec import HybridSpec
+
+    default_steps = sample_module.hybrid_steps
+
+    def with_latent_columns(built, target_accept=0.8, tune=0):
+        H = built.model.rvs_to_values[built.model["H"]]
+        return default_steps(built, target_accept=target_accept, tune=tune) + [
+            LatentColumnHMC([H], HybridSpec.from_built(built), model=built.model)]
+
+    monkeypatch.setattr(sample_module, "hybrid_steps", with_latent_columns)
+    _assert_same_posterior(_held_out_summaries("hybrid", 500), nuts_held_out_summaries)
 
 
 @pytest.mark.parametrize("view_sizes", [(76, 216, 64, 240, 47, 6), (10, 10, 10), (5, 4),
