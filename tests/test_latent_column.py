@@ -7,7 +7,11 @@ from scipy import stats
 
 from bayesmv import M3LAK
 from bayesmv.datasets import make_lvm_classification
-from bayesmv.inference.latent_column import LatentColumnTarget, ViewColumnMarginal
+from bayesmv.inference.latent_column import (
+    LatentColumnTarget,
+    ViewColumnMarginal,
+    view_residuals,
+)
 from bayesmv.inference.spec import HybridSpec
 
 # joint densities of a small model, each evaluated a few times: no gcc (see conftest._ops_for)
@@ -35,9 +39,8 @@ def model(request):
 
 def _target(spec, point, j):
     nat = spec.natural(point)
-    residuals = [Xo - nat["H"][idx] @ nat[f"W_{v}"].T
-                 for v, (Xo, idx) in enumerate(zip(spec.views, spec.observed_index, strict=True))]
-    return LatentColumnTarget(spec, nat, residuals, j)
+    W = [nat[f"W_{v}"] for v in range(spec.n_views)]
+    return LatentColumnTarget(spec, nat, view_residuals(spec, nat["H"], W), j)
 
 
 def _dense_loading_conditional(spec, nat, v, j):

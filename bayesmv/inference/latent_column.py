@@ -38,6 +38,12 @@ import numpy as np
 from bayesmv.inference.hmc import DualAveraging, _HMCStep, hinge_terms
 
 
+def view_residuals(spec, H: np.ndarray, W: list) -> list:
+    """Each view's residual ``X_v - H W_vᵀ`` on the rows that observe it."""
+    return [Xo - H[idx] @ W[v].T
+            for v, (Xo, idx) in enumerate(zip(spec.views, spec.observed_index, strict=True))]
+
+
 class ViewColumnMarginal:
     """One view's term of the column's conditional with its loadings on the column integrated
     out, and the loadings' exact conditional (see the module docstring).
@@ -168,8 +174,7 @@ class LatentColumnHMC(_HMCStep):
         s, nat = self.spec, self.spec.natural(point)
         H, r = nat["H"].copy(), nat["r"].copy()
         W = [nat[f"W_{v}"].copy() for v in range(s.n_views)]
-        residuals = [Xo - H[idx] @ W[v].T
-                     for v, (Xo, idx) in enumerate(zip(s.views, s.observed_index, strict=True))]
+        residuals = view_residuals(s, H, W)
         columns = self.rng.choice(s.latent_dim, size=self.columns_per_step, replace=False)
         accepted, stats = 0, []
         for j in columns:
