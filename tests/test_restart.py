@@ -14,9 +14,23 @@ from bayesmv.diagnostics import check_convergence
 from bayesmv.inference import restart
 from bayesmv.inference.sample import ChainsSampled, chain_plan
 
-#: the shortest warm-up that runs a pilot
+#: the warm-up's thresholds scaled down fivefold (see ``short_pilot``): these tests check
+#: which chain restarts from where, not how well a warm-up of that length mixes
+SHORT_MIN_TUNE, SHORT_MIN_PILOT, SHORT_COMPARISON = 80, 40, 20
+
+#: the shortest warm-up that runs a pilot, under ``short_pilot``
 TINY = dict(latent_dim=2, n_frequencies=8, view_latent_dim=1, n_components=3, draws=20,
-            tune=restart.MIN_TUNE, cores=1, progressbar=False)
+            tune=SHORT_MIN_TUNE, cores=1, progressbar=False)
+
+
+@pytest.fixture
+def short_pilot(monkeypatch):
+    """The package's warm-up thresholds (400 iterations to run a pilot, a pilot of at least
+    200 whose last 100 are compared) divided by five, so that a pilot and its restarts run
+    in a few hundred sweeps of the toy model (35 s a test at the package's own thresholds)."""
+    monkeypatch.setattr(restart, "MIN_TUNE", SHORT_MIN_TUNE)
+    monkeypatch.setattr(restart, "MIN_PILOT", SHORT_MIN_PILOT)
+    monkeypatch.setattr(restart, "COMPARISON_ITERATIONS", SHORT_COMPARISON)
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +75,8 @@ def test_value_points_are_the_transformed_values_the_density_reads():
     assert logp == pytest.approx(expected, rel=1e-6)
 
 
-def test_a_restarted_chain_continues_from_the_best_chains_last_state(toy, monkeypatch):
+def test_a_restarted_chain_continues_from_the_best_chains_last_state(toy, monkeypatch,
+                                                                      short_pilot):
     X, y = toy
     spy = {}
 
@@ -85,7 +100,7 @@ def test_a_restarted_chain_continues_from_the_best_chains_last_state(toy, monkey
     np.testing.assert_array_equal(post.attrs["warmup_restart_from"], [0, 0, 2])
     assert post.attrs["warmup_restarts"] == 1
     # the pilot comes before the whole warm-up, which PyMC records as usual
-    assert post.attrs["pilot_iterations"] == restart.pilot_length(TINY["tune"]) == 200
+    assert post.attrs["pilot_iterations"] == restart.pilot_length(TINY["tune"]) == SHORT_MIN_PILOT
     assert post.attrs["tuning_steps"] == TINY["tune"]
     first, second, third = spy["starts"]
     for name in first:
@@ -96,7 +111,8 @@ def test_a_restarted_chain_continues_from_the_best_chains_last_state(toy, monkey
     assert not np.array_equal(post["f"].values[0], post["f"].values[1])
 
 
-def test_a_chain_alone_is_that_chain_of_the_full_run_through_a_restart(toy, monkeypatch):
+def test_a_chain_alone_is_that_chain_of_the_full_run_through_a_restart(toy, monkeypatch,
+                                                                        short_pilot):
     """The pilot runs every chain in any process, so a chain run alone (as on a worker)
     takes the same restart decision and equals that chain of a full run."""
     X, y = toy
@@ -113,7 +129,7 @@ def test_a_chain_alone_is_that_chain_of_the_full_run_through_a_restart(toy, monk
         np.testing.assert_array_equal(one[name].values[0], full[name].values[1], err_msg=name)
 
 
-def test_a_short_warm_up_or_one_chain_runs_no_pilot(toy):
+def test_a_short_warm_up_or_one_chain_runs_no_pilot(toy, short_pilot):
     X, y = toy
     for params in (dict(TINY, tune=restart.MIN_TUNE - 1, chains=2),
                    dict(TINY, chains=1)):
