@@ -285,24 +285,43 @@ def test_hybrid_and_nuts_target_the_same_posterior(nuts_held_out_summaries):
     _assert_same_posterior(_held_out_summaries("hybrid", 500), nuts_held_out_summaries)
 
 
+def _sweep_with(monkeypatch, step_class) -> None:
+    """The default hybrid sweep with one more step (one not in the default sweep) at its end."""
+    from bayesmv.inference import sample as sample_module
+    from bayesmv.inference.spec import HybridSpec
+
+    default_steps = sample_module.hybrid_steps
+
+    def extended(built, target_accept=0.8, tune=0):
+        H = built.model.rvs_to_values[built.model["H"]]
+        return default_steps(built, target_accept=target_accept, tune=tune) + [
+            step_class([H], HybridSpec.from_built(built), model=built.model)]
+
+    monkeypatch.setattr(sample_module, "hybrid_steps", extended)
+
+
 @pytest.mark.long
 @pytest.mark.timeout(600)
 def test_latent_column_move_keeps_the_hybrid_sampler_on_the_posterior(nuts_held_out_summaries,
                                                                      monkeypatch):
     """The sweep with :class:`LatentColumnHMC` added (not in the default sweep) still samples
     the posterior NUTS samples: the move and its loadings' redraw leave it invariant."""
-    from bayesmv.inference import sample as sample_module
     from bayesmv.inference.latent_column import LatentColumnHMC
-    from bayesmv.inference.spec import HybridSpec
 
-    default_steps = sample_module.hybrid_steps
+    _sweep_with(monkeypatch, LatentColumnHMC)
+    _assert_same_posterior(_held_out_summaries("hybrid", 500), nuts_held_out_summaries)
 
-    def with_latent_columns(built, target_accept=0.8, tune=0):
-        H = built.model.rvs_to_values[built.model["H"]]
-        return default_steps(built, target_accept=target_accept, tune=tune) + [
-            LatentColumnHMC([H], HybridSpec.from_built(built), model=built.model)]
 
-    monkeypatch.setattr(sample_module, "hybrid_steps", with_latent_columns)
+@pytest.mark.long
+@pytest.mark.timeout(600)
+def test_collapsed_views_move_keeps_the_hybrid_sampler_on_the_posterior(nuts_held_out_summaries,
+                                                                       monkeypatch):
+    """The sweep with :class:`CollapsedViewsHMC` added (not in the default sweep) still
+    samples the posterior NUTS samples: the view latents' draw, the move with every view's
+    loadings integrated out and their redraw leave it invariant."""
+    from bayesmv.inference.collapsed_views import CollapsedViewsHMC
+
+    _sweep_with(monkeypatch, CollapsedViewsHMC)
     _assert_same_posterior(_held_out_summaries("hybrid", 500), nuts_held_out_summaries)
 
 
