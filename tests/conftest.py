@@ -106,3 +106,29 @@ def pytest_runtest_setup(item):
 def pytest_runtest_call(item):
     with _ops_for(item):
         return (yield)
+
+
+@pytest.fixture(scope="module", params=[1, 2], ids=["one-view-latent", "two-view-latents"])
+def small_hybrid_model(request):
+    """A small M3LAK graph (two views, one row missing a view, 1 or 2 view-specific latent
+    columns) at a random point: ``(point, joint log density without Jacobian, HybridSpec)``,
+    for checking the hybrid sampler's collapsed targets against the model's joint density."""
+    from bayesmv import M3LAK  # here, not at the top: see _compile_cache_per_worker
+    from bayesmv.datasets import make_lvm_classification
+    from bayesmv.inference.spec import HybridSpec
+
+    X, y, _ = make_lvm_classification(n_samples=15, view_dims=(4, 3), latent_dim=2,
+                                      view_latent_dim=1, random_seed=0)
+    X[1][[2, 5]] = np.nan  # a row that misses a view drops out of that view's term
+    est = M3LAK(latent_dim=3, n_frequencies=3, view_latent_dim=request.param, n_components=3,
+                C=0.8)
+    built = est.build_model(X, y)
+    rng = np.random.default_rng(3)
+    point = built.initial_values(rng)
+    point["beta"] = rng.normal(size=point["beta"].shape)
+    point["H"] = rng.normal(size=point["H"].shape)
+    point["Omega"] = rng.normal(size=point["Omega"].shape)
+    point["tau_log__"] = rng.normal(0.5, 0.3, size=point["tau_log__"].shape)
+    for key in [k for k in point if k.startswith(("W_", "V_"))]:
+        point[key] = rng.normal(scale=0.7, size=point[key].shape)
+    return point, built.model.compile_logp(jacobian=False), HybridSpec.from_built(built)

@@ -5,10 +5,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from bayesmv import M3LAK
-from bayesmv.datasets import make_lvm_classification
 from bayesmv.inference.collapsed_views import CollapsedViewsTarget, ViewLoadingsMarginal
-from bayesmv.inference.spec import HybridSpec
 
 # joint densities of a small model, each evaluated a few times: no gcc (see conftest._ops_for)
 pytestmark = pytest.mark.python_ops
@@ -45,21 +42,6 @@ def test_view_term_gradient_is_its_derivative():
     assert g_tau == pytest.approx(numeric, rel=1e-6, abs=1e-6)
 
 
-@pytest.fixture(scope="module", params=[1, 2], ids=["one-view-latent", "two-view-latents"])
-def model(request):
-    X, y, _ = make_lvm_classification(n_samples=15, view_dims=(4, 3), latent_dim=2,
-                                      view_latent_dim=1, random_seed=0)
-    X[1][[2, 5]] = np.nan  # a row that misses a view drops out of that view's term
-    est = M3LAK(latent_dim=3, n_frequencies=3, view_latent_dim=request.param, n_components=3,
-                C=0.8)
-    built = est.build_model(X, y)
-    rng = np.random.default_rng(3)
-    point = built.initial_values(rng)
-    point["beta"] = rng.normal(size=point["beta"].shape)
-    point["Omega"] = rng.normal(size=point["Omega"].shape)
-    for key in [k for k in point if k.startswith(("W_", "V_"))]:
-        point[key] = rng.normal(scale=0.7, size=point[key].shape)
-    return point, built.model.compile_logp(jacobian=False), HybridSpec.from_built(built)
 
 
 def _log_conditionals(spec, nat, U):
@@ -83,12 +65,12 @@ def _log_conditionals(spec, nat, U):
     return total
 
 
-def test_collapsed_density_is_the_joint_over_the_loadings_conditional(model):
+def test_collapsed_density_is_the_joint_over_the_loadings_conditional(small_hybrid_model):
     """p(H, U, τ | rest) = p(H, W, V, τ | rest) p(U | H, W, V, τ) / p([W V] | H, U, τ, rest)
     at any loadings: the target's differences between states equal those of the joint
     (PyMC's graph, U integrated out there) with the two dense conditionals, plus log τ for
     the target's log coordinates."""
-    point, logp, spec = model
+    point, logp, spec = small_hybrid_model
     rng = np.random.default_rng(0)
     values = []
     for _ in range(3):
@@ -108,8 +90,8 @@ def test_collapsed_density_is_the_joint_over_the_loadings_conditional(model):
                                rtol=1e-9, atol=1e-8)
 
 
-def test_gradient_is_the_density_s_derivative(model):
-    point, _, spec = model
+def test_gradient_is_the_density_s_derivative(small_hybrid_model):
+    point, _, spec = small_hybrid_model
     nat = spec.natural(point)
     rng = np.random.default_rng(1)
     U = [rng.normal(size=(len(idx), nat[f"V_{v}"].shape[1]))

@@ -5,36 +5,16 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from bayesmv import M3LAK
-from bayesmv.datasets import make_lvm_classification
 from bayesmv.inference.latent_column import (
     LatentColumnTarget,
     ViewColumnMarginal,
     view_residuals,
 )
-from bayesmv.inference.spec import HybridSpec
 
 # joint densities of a small model, each evaluated a few times: no gcc (see conftest._ops_for)
 pytestmark = pytest.mark.python_ops
 
 
-@pytest.fixture(scope="module", params=[1, 2], ids=["one-view-latent", "two-view-latents"])
-def model(request):
-    X, y, _ = make_lvm_classification(n_samples=15, view_dims=(4, 3), latent_dim=2,
-                                      view_latent_dim=1, random_seed=0)
-    X[1][[2, 5]] = np.nan  # a row that misses a view drops out of that view's term
-    est = M3LAK(latent_dim=3, n_frequencies=3, view_latent_dim=request.param, n_components=3,
-                C=0.8)
-    built = est.build_model(X, y)
-    rng = np.random.default_rng(3)
-    point = built.initial_values(rng)
-    point["beta"] = rng.normal(size=point["beta"].shape)
-    point["H"] = rng.normal(size=point["H"].shape)
-    point["Omega"] = rng.normal(size=point["Omega"].shape)
-    point["tau_log__"] = rng.normal(0.5, 0.3, size=point["tau_log__"].shape)
-    for key in [k for k in point if k.startswith(("W_", "V_"))]:
-        point[key] = rng.normal(scale=0.7, size=point[key].shape)
-    return point, built.model.compile_logp(jacobian=False), HybridSpec.from_built(built)
 
 
 def _target(spec, point, j):
@@ -55,11 +35,11 @@ def _dense_loading_conditional(spec, nat, v, j):
 
 
 @pytest.mark.parametrize("j", [0, 2])
-def test_collapsed_density_is_the_joint_over_the_loadings_conditional(model, j):
+def test_collapsed_density_is_the_joint_over_the_loadings_conditional(small_hybrid_model, j):
     """p(h_j, r_·j | rest) = p(h_j, r_·j, w_·j | rest) / p(w_·j | h_j, r_·j, rest) at any w:
     the target's differences between states equal the joint's (PyMC's graph) minus the dense
     Gaussian conditional of the loadings, plus log r for the target's log coordinates."""
-    point, logp, spec = model
+    point, logp, spec = small_hybrid_model
     rng = np.random.default_rng(j)
     values = []
     for _ in range(3):
@@ -79,8 +59,8 @@ def test_collapsed_density_is_the_joint_over_the_loadings_conditional(model, j):
                                rtol=1e-9, atol=1e-8)
 
 
-def test_gradient_is_the_density_s_derivative(model):
-    point, _, spec = model
+def test_gradient_is_the_density_s_derivative(small_hybrid_model):
+    point, _, spec = small_hybrid_model
     target = _target(spec, point, 1)
     x = target.pack(spec.natural(point)["H"][:, 1], point["r_log__"][:, 1] + 0.3)
     _, grad = target.logp_grad(x)
@@ -91,9 +71,9 @@ def test_gradient_is_the_density_s_derivative(model):
     np.testing.assert_allclose(grad, numeric, rtol=1e-5, atol=1e-6)
 
 
-def test_loadings_are_drawn_from_their_dense_conditional(model):
+def test_loadings_are_drawn_from_their_dense_conditional(small_hybrid_model):
     """The eigen-basis mean and symmetric root reproduce the dense mean and covariance."""
-    point, _, spec = model
+    point, _, spec = small_hybrid_model
     nat = spec.natural(point)
     target = _target(spec, point, 0)
     for v, (term, idx) in enumerate(zip(target.views, spec.observed_index, strict=True)):
