@@ -132,3 +132,21 @@ def small_hybrid_model(request):
     for key in [k for k in point if k.startswith(("W_", "V_"))]:
         point[key] = rng.normal(scale=0.7, size=point[key].shape)
     return point, built.model.compile_logp(jacobian=False), HybridSpec.from_built(built)
+
+
+def _central_gradient(f, x: np.ndarray, step: float = 1e-6) -> np.ndarray:
+    """Central differences ``(f(x + h e_i) - f(x - h e_i)) / 2h`` of a scalar function, for
+    every entry of x (any shape)."""
+    x = np.asarray(x, dtype=float)
+    grad = np.empty_like(x)
+    for i in np.ndindex(x.shape):
+        e = np.zeros_like(x)
+        e[i] = step
+        grad[i] = (f(x + e) - f(x - e)) / (2 * step)
+    return grad
+
+
+@pytest.fixture
+def central_gradient():
+    """:func:`_central_gradient`: a finite-difference reference for analytic gradients."""
+    return _central_gradient

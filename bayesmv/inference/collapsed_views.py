@@ -32,6 +32,7 @@ from bayesmv.inference.gibbs import (
     view_latent_conditional,
 )
 from bayesmv.inference.hmc import _HMCStep, hinge_terms
+from bayesmv.inference.latent_column import view_residuals
 
 
 class ViewLoadingsMarginal:
@@ -127,11 +128,11 @@ class CollapsedViewsHMC(_HMCStep):
     def step(self, point):
         s, nat, rng = self.spec, self.spec.natural(point), self.rng
         H0, U0 = nat["H"], []
-        for v, (Xo, idx) in enumerate(zip(s.views, s.observed_index, strict=True)):
+        residuals = view_residuals(s, H0, [nat[f"W_{v}"] for v in range(s.n_views)])
+        for v, E in enumerate(residuals):
             V = nat[f"V_{v}"]
-            EV = (Xo - H0[idx] @ nat[f"W_{v}"].T) @ V
             U0.append(draw_gaussian_from_precision(
-                *view_latent_conditional(EV, V, float(nat["tau"][v])), rng).T)
+                *view_latent_conditional(E @ V, V, float(nat["tau"][v])), rng).T)
         target = CollapsedViewsTarget(s, nat, U0)
         log_tau0 = np.array(point["tau_log__"], dtype=float)
         x, took, stat = self._transition(target, target.pack(H0, U0, log_tau0))
